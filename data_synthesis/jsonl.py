@@ -1,0 +1,122 @@
+"""JSONL records: versioned, validated on read (errors name file and line), resumable on write."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+
+class RecordError(ValueError):
+    """A malformed record; the message names the file and the 1-based line."""
+
+    def __init__(self, path: str | os.PathLike, line: int, reason: str):
+        self.path, self.line, self.reason = str(path), line, reason
+        super().__init__(f"{path}:{line}: {reason}")
+
+
+def read_jsonl(path: str | os.PathLike, required: Iterable[str] = (),
+               validate: Callable[[dict], None] | None = None) -> Iterator[dict]:
+    """Yield records; a bad line raises :class:`RecordError` naming file and line.
+
+    A truncated last line (a writer killed mid-record) is also an error here: use
+    :func:`repair_truncated_tail` before resuming a writer.
+    """
+    required = tuple(required)
+    with open(path, encoding="utf-8") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+            except json.JSONDecodeError as err:
+                raise RecordError(path, lineno, f"invalid JSON ({err.msg} at column {err.colno})") from None
+            if not isinstance(rec, dict):
+                raise RecordError(path, lineno, f"expected a JSON object, got {type(rec).__name__}")
+            missing = [k for k in required if k not in rec]
+            if missing:
+                raise RecordError(path, lineno, f"missing field(s) {missing}")
+            if validate is not None:
+                try:
+                    validate(rec)
+                except (ValueError, TypeError, KeyError) as err:
+                    raise RecordError(path, lineno, str(err)) from None
+            yield rec
+
+
+def repair_truncated_tail(path: str | os.PathLike) -> int:
+    """Drop a partial last line left by a killed writer. Returns the number of bytes removed."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    data = path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return 0
+    cut = data.rfind(b"\n") + 1
+    with open(path, "r+b") as fh:
+        fh.truncate(cut)
+    return len(data) - cut
+
+
+class ResumableJsonlWriter:
+    """Append-only writer keyed by a record id: rerunning skips ids already on disk.
+
+    Each record is flushed and fsynced, so a kill loses at most the record being written, which
+    :func:`repair_truncated_tail` removes on the next open.
+    """
+
+    def __init__(self, path: str | os.PathLike, key: str = "id"):
+        self.path = Path(path)
+        self.key = key
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.repaired_bytes = repair_truncated_tail(self.path)
+        self.done: set[str] = set()
+        if self.path.exists():
+            for rec in read_jsonl(self.path, required=(key,)):
+                self.done.add(rec[key])
+        self._fh = open(self.path, "a", encoding="utf-8")
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.done
+
+    def write(self, record: dict) -> bool:
+        k = record[self.key]
+        if k in self.done:
+            return False
+        self._fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self.done.add(k)
+        return True
+
+    def close(self):
+        self._fh.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write a file so readers see either the old or the new content, never a partial one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")

