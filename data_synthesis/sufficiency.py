@@ -1,0 +1,296 @@
+"""Evidence-intervention synthesis for the Router-Mem sufficiency router (seed 001, DESIGN §5).
+
+For each question q with answer a and evidence steps E (split by episode, never by question):
+
+* positive (label 1): all of E plus distractors from the same episode (half random, half hard by
+  default, so "how related are the distractors" is not a shortcut for the label);
+* negative (label 0): E with a decisive part dropped ("partial", when |E| > 1) or no evidence at all
+  ("none"), plus *hard* distractors: steps similar to q by MiniLM embedding, boosted by shared entities;
+* a negative that any configured answer model still answers correctly is discarded (recorded in
+  ``discarded.jsonl`` with the answer, so a resumed run does not redo it);
+* a rationale per sample from a teacher LLM when configured, else an evidence-aware template
+  (which evidence is present, what decisive piece is missing); ``rationale_source`` says which.
+
+Output (``output_dir``): ``train.jsonl``, ``eval.jsonl`` (records with ``schema_version``),
+``discarded.jsonl``, ``stats.json``, ``manifest.json``. Loadable with
+``datasets.load_dataset("json", data_files=...)``. Rerunning continues where a killed run stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+import sys
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from data_synthesis.corpora import load_corpus, split_episodes
+from data_synthesis.jsonl import ResumableJsonlWriter, atomic_write_json, read_jsonl
+from eval.qa_scoring import answers_correctly, normalize_answer
+from routers.memory.retrieval import HybridRetriever, render_context, tokenize
+from routers.memory.schema import QA, Episode, LoadStats, Step
+
+FORMAT = "memroute.sufficiency"
+SCHEMA_VERSION = 1
+RECORD_FIELDS = ("id", "qa_id", "episode_id", "question", "answer", "context", "label", "variant")
+ANSWER_SYSTEM = "Answer the question using only the memory. Reply with a short answer (a few words)."
+TEACHER_SYSTEM = ("You audit retrieved memory. In two or three sentences, say which evidence for the question is "
+                  "present and which decisive piece, if any, is missing.")
+_ENTITY = re.compile(r"\b([A-Z][a-zA-Z]+|\d{4})\b")
+
+
+@dataclass
+class SufficiencySynthConfig:
+    """Options of ``memroute synth sufficiency`` (YAML recipe + CLI overrides)."""
+
+    output_dir: str = "outputs/sufficiency_data"
+    corpus: str = field(default="locomo", metadata={"help": "locomo or hotpotqa"})
+    corpus_path: str | None = field(default=None, metadata={"help": "defaults to the LoCoMo file shipped in the package"})
+    eval_fraction: float = 0.2
+    eval_episodes: list[str] | None = field(default=None, metadata={"help": "explicit held-out episode ids"})
+    split_seed: int = 0
+    seed: int = 0
+    max_qa_per_episode: int | None = field(default=None, metadata={"help": "cap per episode (train split)"})
+    max_eval_qa_per_episode: int | None = field(default=None, metadata={"help": "cap per episode (eval split)"})
+    distractors_min: int = 2
+    distractors_max: int = 6
+    positive_hard_fraction: float = field(default=0.5, metadata={"help": "share of hard distractors in positives"})
+    hard_pool: int = field(default=20, metadata={"help": "mine hard distractors among this many top candidates"})
+    entity_bonus: float = 0.1
+    encoder: str = "sentence-transformers/all-MiniLM-L6-v2"
+    answer_models: list[str] = field(default_factory=lambda: ["HuggingFaceTB/SmolLM2-135M-Instruct"],
+                                     metadata={"help": "backends that try to answer negatives; 'none' disables"})
+    answer_f1_threshold: float = 0.5
+    answer_batch_size: int = 8
+    teacher: str | None = field(default=None, metadata={"help": "teacher LLM backend for rationales; None = template"})
+    qa_chunk: int = field(default=16, metadata={"help": "questions processed (and flushed) together"})
+
+
+def _rng(seed: int, key: str) -> random.Random:
+    """Per-question RNG: a resumed run regenerates exactly the same samples."""
+    return random.Random(int(hashlib.sha256(f"{seed}:{key}".encode()).hexdigest()[:16], 16))
+
+
+def entities(text: str) -> set[str]:
+    return {m.lower() for m in _ENTITY.findall(text)}
+
+
+def leaks_answer(step: Step, answer: str) -> bool:
+    """A distractor that contains every content word of the gold answer might answer the question."""
+    ans = set(tokenize(normalize_answer(answer)))
+    return bool(ans) and ans <= set(tokenize(step.render()))
+
+
+class DistractorMiner:
+    """Hard distractors: embedding similarity to the question plus a shared-entity bonus."""
+
+    def __init__(self, retriever: HybridRetriever | None, entity_bonus: float = 0.1):
+        self.retriever = retriever
+        self.entity_bonus = entity_bonus
+
+    def ranked(self, episode: Episode, qa: QA, exclude: set[str]) -> list[Step]:
+        steps = episode.steps
+        sim = np.zeros(len(steps))
+        if self.retriever is not None and self.retriever.dense_weight > 0:
+            emb = self.retriever.step_embeddings(episode)
+            sim = emb @ self.retriever.encode_queries([qa.question])[0]
+        q_ents = entities(qa.question)
+        bonus = np.array([len(q_ents & entities(s.render())) for s in steps], dtype=float) * self.entity_bonus
+        order = np.argsort(-(sim + bonus), kind="stable")
+        return [steps[i] for i in order if steps[i].step_id not in exclude and not leaks_answer(steps[i], qa.answer)]
+
+
+def template_rationale(episode: Episode, present: list[str], missing: list[str], label: int) -> str:
+    def show(ids):
+        return "; ".join(f"[{i}] {episode.step(i).text[:160]}" for i in ids)
+
+    if label == 1:
+        return (f"All decisive evidence is present: {show(present)}. The remaining steps are distractors. "
+                "The memory is sufficient.")
+    have = f"Present evidence: {show(present)}." if present else "None of the needed evidence is present."
+    return (f"{have} Missing decisive evidence: {show(missing)}. The other steps are related but do not "
+            "answer the question. The memory is insufficient.")
+
+
+def build_candidates(episode: Episode, qa: QA, cfg: SufficiencySynthConfig, miner: DistractorMiner) -> list[dict]:
+    """One positive and one negative for a question (before the answer-model filter)."""
+    rng = _rng(cfg.seed, qa.qa_id)
+    evidence = [e for e in qa.evidence if episode.has_step(e)]
+    ev_set = set(evidence)
+    hard = [s.step_id for s in miner.ranked(episode, qa, ev_set)[: cfg.hard_pool]]
+    easy_pool = [s.step_id for s in episode.steps if s.step_id not in ev_set and not leaks_answer(s, qa.answer)]
+    out = []
+
+    n_pos = rng.randint(cfg.distractors_min, cfg.distractors_max)
+    n_hard = min(len(hard), round(n_pos * cfg.positive_hard_fraction))
+    picked = rng.sample(hard, n_hard)
+    rest = [s for s in easy_pool if s not in picked]
+    picked += rng.sample(rest, min(len(rest), n_pos - n_hard))
+    out.append(_record(episode, qa, evidence, picked, evidence, [], 1, "positive"))
+
+    if len(evidence) > 1:
+        keep = rng.sample(evidence, rng.randint(1, len(evidence) - 1))
+        variant = "partial"
+    else:
+        keep, variant = [], "none"
+    missing = [e for e in evidence if e not in keep]
+    n_neg = rng.randint(cfg.distractors_min, cfg.distractors_max) + len(missing)
+    distract = rng.sample(hard, min(len(hard), n_neg))
+    out.append(_record(episode, qa, keep, distract, keep, missing, 0, variant))
+    return out
+
+
+def _record(episode, qa, evidence_kept, distractors, present, missing, label, variant) -> dict:
+    ids = dict.fromkeys(list(evidence_kept) + list(distractors))
+    steps = sorted((episode.step(i) for i in ids), key=lambda s: s.index)
+    return {"schema_version": SCHEMA_VERSION, "id": f"{qa.qa_id}/{variant}", "qa_id": qa.qa_id,
+            "episode_id": episode.episode_id, "source": episode.source, "category": qa.category,
+            "question": qa.question, "answer": qa.answer, "label": label, "variant": variant,
+            "context": render_context(steps), "context_step_ids": [s.step_id for s in steps],
+            "evidence_ids": list(qa.evidence), "present_evidence": list(present), "missing_evidence": list(missing),
+            "rationale": template_rationale(episode, present, missing, label), "rationale_source": "template",
+            "answer_check": []}
+
+
+def answer_conversation(question: str, context: str) -> list[dict]:
+    return [{"role": "system", "content": ANSWER_SYSTEM},
+            {"role": "user", "content": f"Memory:\n{context}\n\nQuestion: {question}\nAnswer:"}]
+
+
+def teacher_conversation(rec: dict) -> list[dict]:
+    return [{"role": "system", "content": TEACHER_SYSTEM},
+            {"role": "user", "content": (f"Question: {rec['question']}\nGold answer: {rec['answer']}\n"
+                                         f"Gold evidence ids: {', '.join(rec['evidence_ids'])}\n\n"
+                                         f"Retrieved memory:\n{rec['context']}\n\nRationale:")}]
+
+
+class SufficiencySynthesizer:
+    def __init__(self, cfg: SufficiencySynthConfig, retriever: HybridRetriever | None = None,
+                 answer_backends: list | None = None, teacher=None):
+        from routers.models import load_encoder, make_backend
+
+        self.cfg = cfg
+        if retriever is None:
+            encoder = load_encoder(cfg.encoder) if cfg.encoder and cfg.encoder.lower() != "none" else None
+            retriever = HybridRetriever(encoder=encoder, dense_weight=1.0 if encoder is not None else 0.0)
+        self.miner = DistractorMiner(retriever, cfg.entity_bonus)
+        if answer_backends is None:
+            answer_backends = [b for b in (make_backend(s, batch_size=cfg.answer_batch_size) for s in cfg.answer_models) if b]
+        self.answer_backends = answer_backends
+        self.teacher = teacher if teacher is not None else make_backend(cfg.teacher)
+
+    def _filter_negatives(self, negatives: list[dict]) -> tuple[list[dict], list[dict]]:
+        kept, dropped = list(negatives), []
+        for backend in self.answer_backends:
+            if not kept:
+                break
+            preds = backend.generate([answer_conversation(r["question"], r["context"]) for r in kept], max_new_tokens=24)
+            still = []
+            for rec, pred in zip(kept, preds):
+                ok = answers_correctly(pred, rec["answer"], self.cfg.answer_f1_threshold)
+                rec["answer_check"].append({"model": backend.name, "prediction": pred, "correct": ok})
+                (dropped if ok else still).append(rec)
+            kept = still
+        return kept, dropped
+
+    def _add_teacher_rationales(self, records: list[dict]) -> None:
+        if self.teacher is None or not records:
+            return
+        texts = self.teacher.generate([teacher_conversation(r) for r in records], max_new_tokens=96)
+        for rec, text in zip(records, texts):
+            if text:
+                rec["rationale"], rec["rationale_source"] = text, f"teacher:{self.teacher.name}"
+
+    def run_split(self, episodes: list[Episode], split: str, cap: int | None, progress: bool = True) -> Counter:
+        from tqdm.auto import tqdm
+
+        out = Path(self.cfg.output_dir)
+        counts: Counter = Counter()
+        work = [(ep, qa) for ep in episodes for qa in (ep.qa[:cap] if cap else ep.qa)]
+        with ResumableJsonlWriter(out / f"{split}.jsonl") as writer, \
+                ResumableJsonlWriter(out / "discarded.jsonl") as discarded:
+            done = writer.done | discarded.done
+            bar = tqdm(total=len(work), desc=f"synth {split}", unit="qa", disable=not progress, file=sys.stderr)
+            for start in range(0, len(work), self.cfg.qa_chunk):
+                chunk = work[start:start + self.cfg.qa_chunk]
+                candidates = []
+                for ep, qa in chunk:
+                    cands = [c for c in build_candidates(ep, qa, self.cfg, self.miner) if c["id"] not in done]
+                    candidates.extend(cands)
+                    counts["resumed_skip"] += 2 - len(cands)
+                positives = [c for c in candidates if c["label"] == 1]
+                negatives, dropped = self._filter_negatives([c for c in candidates if c["label"] == 0])
+                keep = sorted(positives + negatives, key=lambda r: r["id"])
+                self._add_teacher_rationales(keep)
+                for rec in keep:
+                    writer.write(rec)
+                for rec in dropped:
+                    discarded.write({**rec, "split": split, "reason": "answer model answered correctly"})
+                bar.update(len(chunk))
+            bar.close()
+        return counts
+
+    def run(self, progress: bool = True) -> dict:
+        cfg = self.cfg
+        out = Path(cfg.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        load_stats = LoadStats()
+        episodes = load_corpus(cfg.corpus, cfg.corpus_path, stats=load_stats)
+        train_eps, eval_eps = split_episodes(episodes, cfg.eval_fraction, cfg.split_seed, cfg.eval_episodes)
+        atomic_write_json(out / "manifest.json", {
+            "format": FORMAT, "schema_version": SCHEMA_VERSION, "config": asdict(cfg),
+            "train_episodes": [e.episode_id for e in train_eps], "eval_episodes": [e.episode_id for e in eval_eps]})
+        self.run_split(train_eps, "train", cfg.max_qa_per_episode, progress)
+        self.run_split(eval_eps, "eval", cfg.max_eval_qa_per_episode, progress)
+        stats = summarize(out, load_stats)
+        atomic_write_json(out / "stats.json", stats)
+        return stats
+
+
+def summarize(out: Path, load_stats: LoadStats | None = None) -> dict:
+    """Counts recomputed from the files on disk, so they are right after any number of resumes."""
+    stats: dict = {"format": FORMAT, "schema_version": SCHEMA_VERSION}
+    if load_stats is not None:
+        stats["corpus"] = load_stats.to_dict()
+    for split in ("train", "eval"):
+        path = out / f"{split}.jsonl"
+        recs = list(read_jsonl(path, required=RECORD_FIELDS)) if path.exists() else []
+        stats[split] = {
+            "samples": len(recs), "positives": sum(r["label"] == 1 for r in recs),
+            "negatives": sum(r["label"] == 0 for r in recs),
+            "by_variant": dict(Counter(r["variant"] for r in recs)),
+            "by_category": dict(Counter(r["category"] for r in recs)),
+            "rationale_source": dict(Counter(r["rationale_source"].split(":")[0] for r in recs)),
+            "mean_context_steps": float(np.mean([len(r["context_step_ids"]) for r in recs])) if recs else 0.0,
+            "episodes": sorted({r["episode_id"] for r in recs}),
+        }
+    disc = out / "discarded.jsonl"
+    drecs = list(read_jsonl(disc, required=("id",))) if disc.exists() else []
+    stats["discarded_by_answer_models"] = {s: sum(r.get("split") == s for r in drecs) for s in ("train", "eval")}
+    return stats
+
+
+def make_parser():
+    from train.config import make_arg_parser
+
+    return make_arg_parser([SufficiencySynthConfig], prog="memroute synth sufficiency",
+                           description="Evidence-intervention samples for the sufficiency router.")
+
+
+def main(argv=None) -> dict:
+    from train.config import parse_config, save_resolved_config
+
+    (cfg,) = parse_config(make_parser(), [SufficiencySynthConfig], argv)
+    save_resolved_config(cfg.output_dir, cfg)
+    stats = SufficiencySynthesizer(cfg).run()
+    print({k: {kk: vv for kk, vv in v.items() if kk in ("samples", "positives", "negatives")}
+           for k, v in stats.items() if k in ("train", "eval")}, stats["discarded_by_answer_models"])
+    return stats
+
+
+if __name__ == "__main__":
+    main()

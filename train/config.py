@@ -1,0 +1,93 @@
+"""YAML recipe + CLI overrides for dataclass configs (TRL style), strict about unknown keys.
+
+``python -m train.sufficiency configs/sufficiency_smollm2.yaml --max_steps 10`` or
+``... --config configs/sufficiency_smollm2.yaml --max_steps 10``: the YAML gives defaults, flags
+override them, and a key that no dataclass knows is an error (with the closest valid names).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _field_names(types: Sequence[type]) -> set[str]:
+    return {f.name for t in types for f in dataclasses.fields(t) if f.init}
+
+
+def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: invalid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a recipe must be a mapping of option -> value")
+    return data
+
+
+def check_keys(keys, types: Sequence[type], source: str) -> None:
+    valid = _field_names(types)
+    unknown = [k for k in keys if k not in valid]
+    if unknown:
+        hints = {k: difflib.get_close_matches(k, valid, n=3) for k in unknown}
+        raise ConfigError(f"{source}: unknown option(s) {unknown}; did you mean {hints}?")
+
+
+def make_arg_parser(types: Sequence[type], prog: str | None = None, description: str | None = None):
+    from transformers import HfArgumentParser
+
+    parser = HfArgumentParser(tuple(types), prog=prog, description=description)
+    parser.add_argument("--config", default=None, help="YAML recipe; CLI flags override its values")
+    return parser
+
+
+def parse_config(parser, types: Sequence[type], argv: Sequence[str] | None = None):
+    """Parse ``[recipe.yaml] [--config recipe.yaml] [--flag value ...]`` into dataclass instances."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    config_path = None
+    if argv and argv[0].endswith((".yaml", ".yml")) and not argv[0].startswith("-"):
+        config_path = argv.pop(0)
+    if "--config" in argv:
+        i = argv.index("--config")
+        config_path = argv[i + 1]
+        del argv[i:i + 2]
+    if config_path:
+        values = load_yaml(config_path)
+        check_keys(values, types, config_path)
+        parser.set_defaults(**values)
+    namespace, remaining = parser.parse_known_args(argv)
+    if remaining:
+        raise ConfigError(f"unknown command-line option(s): {remaining}")
+    out = []
+    args = vars(namespace)
+    args.pop("config", None)
+    for t in types:
+        names = {f.name for f in dataclasses.fields(t) if f.init}
+        out.append(t(**{k: v for k, v in args.items() if k in names}))
+    return out
+
+
+def config_to_dict(*objs) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for o in objs:
+        d = o.to_dict() if hasattr(o, "to_dict") else dataclasses.asdict(o)
+        out.update({k: v for k, v in d.items() if not k.startswith("_")})
+    return out
+
+
+def save_resolved_config(output_dir: str | os.PathLike, *objs, name: str = "resolved_config.yaml") -> Path:
+    from data_synthesis.jsonl import atomic_write_text
+
+    path = Path(output_dir) / name
+    atomic_write_text(path, yaml.safe_dump(config_to_dict(*objs), sort_keys=True, default_flow_style=False))
+    return path

@@ -1,0 +1,273 @@
+"""Train the Router-Mem sufficiency router: LoRA + grouped-token loss + representation distillation.
+
+    accelerate launch -m train.sufficiency configs/sufficiency_smollm2.yaml [--max_steps 50 ...]
+    memroute train sufficiency configs/sufficiency_smollm2.yaml
+
+L = L_cls + lambda_rep * s_0 * L_rep. The teacher is, by default, the frozen base model itself
+(LoRA adapters disabled) reading question + context + rationale, so no second copy of the weights
+is held; its decision-position states never change and are cached after the first pass.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import Trainer, TrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
+
+from data_synthesis.jsonl import atomic_write_json, read_jsonl
+from routers.models import DEFAULT_CAUSAL_LM
+from routers.sufficiency import (NO_WORDS, YES_WORDS, build_prompt, last_token_logits, left_pad,
+                                 verbalizer_ids)
+from train.losses import GroupedTokenLoss, RepresentationDistillationLoss
+
+SAMPLE_FIELDS = ("id", "question", "context", "label")
+
+
+@dataclass
+class SufficiencyTrainingConfig(TrainingArguments):
+    """TrainingArguments plus the router, LoRA and distillation options."""
+
+    model_name_or_path: str = field(default=DEFAULT_CAUSAL_LM, metadata={"help": "HF id, local path or 'smollm2'"})
+    train_file: str = "outputs/sufficiency_data/train.jsonl"
+    max_train_samples: int | None = None
+    max_length: int = field(default=768, metadata={"help": "longer student prompts are skipped (and counted)"})
+    use_lora: bool = True
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    lambda_rep: float = field(default=0.1, metadata={"help": "weight of the distillation term; 0 disables it"})
+    rep_layer: int | None = field(default=None, metadata={"help": "hidden_states index; None = middle layer"})
+    s0: float | None = field(default=None, metadata={"help": "scale of L_rep; None = L_cls/L_rep on the first batch"})
+    cache_teacher_states: bool = True
+    teacher_model_name_or_path: str | None = field(
+        default=None, metadata={"help": "separate frozen teacher (same hidden size); None = base model, adapters off"})
+    export_dir: str | None = field(default=None, metadata={"help": "export the merged router here after training"})
+    threshold: float = 0.5
+    router_max_input_tokens: int = 1024
+    resume: str = field(default="auto", metadata={"help": "'auto' resumes from the last checkpoint in output_dir; 'never'"})
+    # Sensible defaults for this trainer (override the TrainingArguments ones).
+    output_dir: str = "outputs/sufficiency_router"
+    remove_unused_columns: bool = False
+    logging_steps: int = 5
+    save_steps: int = 50
+    save_total_limit: int | None = 2
+    learning_rate: float = 2e-4
+    per_device_train_batch_size: int = 4
+
+
+class SufficiencyDataset(torch.utils.data.Dataset):
+    """Tokenized student prompts (question + context) and teacher prompts (+ rationale)."""
+
+    def __init__(self, path: str, tokenizer, max_length: int, max_samples: int | None = None, teacher_tokenizer=None):
+        teacher_tokenizer = teacher_tokenizer or tokenizer
+        self.items, self.skipped_too_long = [], 0
+        for rec in read_jsonl(path, required=SAMPLE_FIELDS, validate=_validate):
+            student = tokenizer.encode(build_prompt(tokenizer, rec["question"], rec["context"]), add_special_tokens=False)
+            if len(student) > max_length:
+                self.skipped_too_long += 1
+                continue
+            rationale = rec.get("rationale") or ""
+            teacher = teacher_tokenizer.encode(build_prompt(teacher_tokenizer, rec["question"], rec["context"], rationale),
+                                               add_special_tokens=False)
+            self.items.append({"idx": len(self.items), "input_ids": student, "teacher_input_ids": teacher,
+                               "label": int(rec["label"])})
+            if max_samples and len(self.items) >= max_samples:
+                break
+        if not self.items:
+            raise ValueError(f"{path}: no usable samples ({self.skipped_too_long} longer than max_length={max_length})")
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+def _validate(rec: dict) -> None:
+    if rec["label"] not in (0, 1):
+        raise ValueError(f"label must be 0 or 1, got {rec['label']!r}")
+    if not isinstance(rec["question"], str) or not isinstance(rec["context"], str):
+        raise ValueError("question and context must be strings")
+
+
+@dataclass
+class SufficiencyCollator:
+    """Left-pads student and teacher prompts so the decision position is the last column."""
+
+    pad_token_id: int
+
+    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        student = left_pad([f["input_ids"] for f in features], self.pad_token_id)
+        teacher = left_pad([f["teacher_input_ids"] for f in features], self.pad_token_id)
+        return {**student, **{f"teacher_{k}": v for k, v in teacher.items()},
+                "labels": torch.tensor([f["label"] for f in features], dtype=torch.long),
+                "sample_idx": torch.tensor([f["idx"] for f in features], dtype=torch.long)}
+
+
+class SufficiencyTrainer(Trainer):
+    """Trainer whose loss is L_cls + lambda_rep * s_0 * L_rep, with both parts logged."""
+
+    def __init__(self, *args, yes_ids, no_ids, lambda_rep: float, rep_layer: int, s0: float | None,
+                 teacher_model=None, cache_teacher_states: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.cls_loss = GroupedTokenLoss(yes_ids, no_ids)
+        self.rep_loss = RepresentationDistillationLoss()
+        self.lambda_rep, self.rep_layer, self.s0 = lambda_rep, rep_layer, s0
+        self.teacher_model = teacher_model
+        self.cache_teacher_states = cache_teacher_states
+        self.teacher_cache: dict[int, torch.Tensor] = {}
+        self._parts: dict[str, list[float]] = {"loss_cls": [], "loss_rep": []}
+
+    @torch.no_grad()
+    def teacher_states(self, model, inputs) -> torch.Tensor:
+        idx = inputs["sample_idx"].tolist()
+        if self.cache_teacher_states and all(i in self.teacher_cache for i in idx):
+            return torch.stack([self.teacher_cache[i] for i in idx]).to(inputs["input_ids"].device)
+        batch = {k[len("teacher_"):]: v for k, v in inputs.items() if k.startswith("teacher_")}
+        base = self.accelerator.unwrap_model(model)
+        if self.teacher_model is not None:
+            out = self.teacher_model(**batch, logits_to_keep=1, output_hidden_states=True, use_cache=False)
+        elif hasattr(base, "disable_adapter"):
+            with base.disable_adapter():
+                out = base(**batch, logits_to_keep=1, output_hidden_states=True, use_cache=False)
+        else:
+            raise ValueError("distillation needs LoRA (use_lora) or a separate teacher_model_name_or_path")
+        states = out.hidden_states[self.rep_layer][:, -1, :].float()
+        if self.cache_teacher_states:
+            for i, s in zip(idx, states):
+                self.teacher_cache[i] = s.detach().cpu()
+        return states
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        student = {k: inputs[k] for k in ("input_ids", "attention_mask", "position_ids")}
+        use_rep = self.lambda_rep > 0
+        logits, out = last_token_logits(model, student, output_hidden_states=use_rep)
+        l_cls = self.cls_loss(logits, inputs["labels"])
+        loss = l_cls
+        if use_rep:
+            h_s = out.hidden_states[self.rep_layer][:, -1, :]
+            l_rep = self.rep_loss(h_s, self.teacher_states(model, inputs))
+            if self.s0 is None:
+                # s_0 matches the two terms on the first batch; the floor keeps it finite when the
+                # student starts almost equal to the teacher (then L_rep ~ 0).
+                self.s0 = float(l_cls.detach() / l_rep.detach().clamp(min=1e-2))
+                self._save_s0()
+            loss = l_cls + self.lambda_rep * self.s0 * l_rep
+            self._parts["loss_rep"].append(float(l_rep.detach()))
+        self._parts["loss_cls"].append(float(l_cls.detach()))
+        return (loss, out) if return_outputs else loss
+
+    def _save_s0(self):
+        if self.is_world_process_zero():
+            atomic_write_json(Path(self.args.output_dir) / "distill_scale.json", {"s0": self.s0})
+
+    def log(self, logs: dict, *args, **kwargs):
+        for name, vals in self._parts.items():
+            if vals and "loss" in logs:
+                logs[name] = round(sum(vals) / len(vals), 6)
+                vals.clear()
+        if self.s0 is not None and "loss" in logs:
+            logs["s0"] = round(self.s0, 6)
+        super().log(logs, *args, **kwargs)
+
+
+def default_rep_layer(model) -> int:
+    return model.config.num_hidden_layers // 2
+
+
+def build_model(cfg: SufficiencyTrainingConfig):
+    from routers.models import load_causal_lm
+
+    model, tokenizer = load_causal_lm(cfg.model_name_or_path)
+    model.config.use_cache = False
+    if cfg.use_lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                                                 target_modules=list(cfg.lora_target_modules), task_type="CAUSAL_LM"))
+    return model, tokenizer
+
+
+def resolve_resume(cfg: SufficiencyTrainingConfig) -> str | None:
+    if cfg.resume_from_checkpoint:
+        return cfg.resume_from_checkpoint
+    if cfg.resume == "auto" and os.path.isdir(cfg.output_dir):
+        return get_last_checkpoint(cfg.output_dir)
+    return None
+
+
+def export_router(model, tokenizer, cfg: SufficiencyTrainingConfig, export_dir: str, training_info: dict | None = None):
+    """Merge LoRA (if any) into a copy-free plain model and write the router directory atomically."""
+    from routers.sufficiency import SufficiencyRouter, default_model_card
+
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    model = model.float()
+    router = SufficiencyRouter.from_model(model, tokenizer, threshold=cfg.threshold,
+                                          max_input_tokens=cfg.router_max_input_tokens, base_model=cfg.model_name_or_path)
+    router.save_pretrained(export_dir, model_card=default_model_card(router, training=training_info))
+    return router
+
+
+def make_parser():
+    from train.config import make_arg_parser
+
+    return make_arg_parser([SufficiencyTrainingConfig], prog="memroute train sufficiency",
+                           description="Train the Router-Mem evidence-sufficiency router.")
+
+
+def main(argv=None):
+    from train.config import parse_config, save_resolved_config
+
+    (cfg,) = parse_config(make_parser(), [SufficiencyTrainingConfig], argv)
+    model, tokenizer = build_model(cfg)
+    yes_ids, no_ids = verbalizer_ids(tokenizer, YES_WORDS), verbalizer_ids(tokenizer, NO_WORDS)
+    teacher = None
+    teacher_tokenizer = None
+    if cfg.lambda_rep > 0 and cfg.teacher_model_name_or_path:
+        from routers.models import load_causal_lm
+
+        teacher, teacher_tokenizer = load_causal_lm(cfg.teacher_model_name_or_path)
+        teacher.eval().requires_grad_(False)
+    dataset = SufficiencyDataset(cfg.train_file, tokenizer, cfg.max_length, cfg.max_train_samples, teacher_tokenizer)
+    rep_layer = cfg.rep_layer if cfg.rep_layer is not None else default_rep_layer(model)
+    s0 = cfg.s0
+    scale_file = Path(cfg.output_dir) / "distill_scale.json"
+    resume = resolve_resume(cfg)
+    if s0 is None and resume and scale_file.exists():
+        s0 = json.loads(scale_file.read_text())["s0"]
+    trainer = SufficiencyTrainer(model=model, args=cfg, train_dataset=dataset,
+                                 data_collator=SufficiencyCollator(tokenizer.pad_token_id), processing_class=tokenizer,
+                                 yes_ids=yes_ids, no_ids=no_ids, lambda_rep=cfg.lambda_rep, rep_layer=rep_layer, s0=s0,
+                                 teacher_model=teacher, cache_teacher_states=cfg.cache_teacher_states)
+    if teacher is not None:
+        teacher.to(trainer.args.device)
+    if trainer.is_world_process_zero():
+        save_resolved_config(cfg.output_dir, cfg)
+        print(f"[memroute] {len(dataset)} training samples ({dataset.skipped_too_long} skipped > {cfg.max_length} tokens); "
+              f"rep layer {rep_layer}; resume from {resume}", file=sys.stderr)
+    result = trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model(cfg.output_dir)
+    info = {"model": cfg.model_name_or_path, "train_file": cfg.train_file, "samples": len(dataset),
+            "skipped_too_long": dataset.skipped_too_long, "steps": result.global_step,
+            "train_runtime_s": result.metrics.get("train_runtime"), "final_loss": result.training_loss,
+            "lambda_rep": cfg.lambda_rep, "s0": trainer.s0, "rep_layer": rep_layer,
+            "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "targets": cfg.lora_target_modules} if cfg.use_lora else None}
+    if trainer.is_world_process_zero():
+        atomic_write_json(Path(cfg.output_dir) / "train_summary.json", {**info, "log_history": trainer.state.log_history})
+        if cfg.export_dir:
+            export_router(trainer.accelerator.unwrap_model(trainer.model), tokenizer, cfg, cfg.export_dir, info)
+            print(f"[memroute] exported router to {cfg.export_dir}", file=sys.stderr)
+    return trainer, info
+
+
+if __name__ == "__main__":
+    main()
