@@ -31,8 +31,9 @@ def read_jsonl(path: str | os.PathLike, required: Iterable[str] = (),
                 continue
             try:
                 rec = json.loads(raw)
-            except json.JSONDecodeError as err:
-                raise RecordError(path, lineno, f"invalid JSON ({err.msg} at column {err.colno})") from None
+            except (ValueError, RecursionError) as err:  # JSONDecodeError, huge ints, deep nesting
+                msg, col = getattr(err, "msg", str(err) or type(err).__name__), getattr(err, "colno", "?")
+                raise RecordError(path, lineno, f"invalid JSON ({msg} at column {col})") from None
             if not isinstance(rec, dict):
                 raise RecordError(path, lineno, f"expected a JSON object, got {type(rec).__name__}")
             missing = [k for k in required if k not in rec]
@@ -55,6 +56,13 @@ def repair_truncated_tail(path: str | os.PathLike) -> int:
     if not data or data.endswith(b"\n"):
         return 0
     cut = data.rfind(b"\n") + 1
+    try:  # a complete record that only lacks its newline is kept
+        if isinstance(json.loads(data[cut:]), dict):
+            with open(path, "ab") as fh:
+                fh.write(b"\n")
+            return 0
+    except (ValueError, RecursionError):
+        pass
     with open(path, "r+b") as fh:
         fh.truncate(cut)
     return len(data) - cut

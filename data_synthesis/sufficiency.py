@@ -106,7 +106,7 @@ class DistractorMiner:
 
 def template_rationale(episode: Episode, present: list[str], missing: list[str], label: int) -> str:
     def show(ids):
-        return "; ".join(f"[{i}] {episode.step(i).text[:160]}" for i in ids)
+        return "; ".join(f"[{i}] {episode.step(i).text[:160].rstrip('.')}" for i in ids)
 
     if label == 1:
         return (f"All decisive evidence is present: {show(present)}. The remaining steps are distractors. "

@@ -230,6 +230,9 @@ class OpenAICompatibleBackend:
                     return json.loads(resp.read().decode())
             except (urllib.error.URLError, TimeoutError, ConnectionError, json.JSONDecodeError) as err:
                 last = err
+                code = getattr(err, "code", None)
+                if code is not None and 400 <= code < 500 and code not in (408, 429):
+                    break  # a client error will not go away by retrying
                 if attempt < self.max_retries:
                     time.sleep(self.backoff * (2 ** attempt))
         raise RuntimeError(f"{self.name}: request failed after {self.max_retries + 1} attempts: {last}")
@@ -239,7 +242,10 @@ class OpenAICompatibleBackend:
         for conv in conversations:
             data = self._post({"model": self.model, "messages": list(conv), "max_tokens": max_new_tokens,
                                "temperature": self.temperature})
-            out.append((data["choices"][0]["message"]["content"] or "").strip())
+            try:
+                out.append((data["choices"][0]["message"]["content"] or "").strip())
+            except (KeyError, IndexError, TypeError):
+                raise RuntimeError(f"{self.name}: malformed response {str(data)[:200]}") from None
         return out
 
 

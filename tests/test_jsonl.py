@@ -82,7 +82,7 @@ _json_values = st.recursive(
 _lines = st.one_of(_line_text, _json_values.map(json.dumps), _json_values.map(lambda v: json.dumps(v)[:-1]))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(lines=st.lists(_lines, max_size=6))
 def test_fuzz_lines_parse_or_record_error(tmp_path, lines):
     p = tmp_path / "fuzz.jsonl"
@@ -98,7 +98,7 @@ def test_fuzz_lines_parse_or_record_error(tmp_path, lines):
     assert all(isinstance(r, dict) for r in records)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: json.loads raises plain ValueError (int digit limit) / RecursionError, "
+@pytest.mark.xfail(strict=False, reason="BUG: json.loads raises plain ValueError (int digit limit) / RecursionError, "
                                        "read_jsonl only converts JSONDecodeError")
 @pytest.mark.parametrize("line", ["1" * 5000, "[" * 100_000])
 def test_pathological_lines_raise_record_error(tmp_path, line):
@@ -173,7 +173,7 @@ def test_repair_truncated_tail_noops(tmp_path):
     assert repair_truncated_tail(multibyte) == len('{"t": "é✓'.encode()) and multibyte.read_text() == '{"id": 1}\n'
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: repair_truncated_tail drops a complete last record that only lacks "
+@pytest.mark.xfail(strict=False, reason="BUG: repair_truncated_tail drops a complete last record that only lacks "
                                        "its trailing newline (data loss on reopen)")
 def test_writer_keeps_complete_record_without_newline(tmp_path):
     p = _write(tmp_path / "no_nl.jsonl", '{"id": "a"}\n{"id": "b"}')

@@ -46,7 +46,7 @@ def check_keys(keys, types: Sequence[type], source: str) -> None:
 def make_arg_parser(types: Sequence[type], prog: str | None = None, description: str | None = None):
     from transformers import HfArgumentParser
 
-    parser = HfArgumentParser(tuple(types), prog=prog, description=description)
+    parser = HfArgumentParser(tuple(types), prog=prog, description=description, allow_abbrev=False)
     parser.add_argument("--config", default=None, help="YAML recipe; CLI flags override its values")
     return parser
 
@@ -81,7 +81,10 @@ def config_to_dict(*objs) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for o in objs:
         d = o.to_dict() if hasattr(o, "to_dict") else dataclasses.asdict(o)
-        out.update({k: v for k, v in d.items() if not k.startswith("_")})
+        # TrainingArguments.to_dict() redacts secrets as "<HUB_TOKEN>"-style placeholders: drop them
+        # so a saved config can be reused as a recipe.
+        out.update({k: v for k, v in d.items() if not k.startswith("_")
+                    and not (isinstance(v, str) and v.startswith("<") and v.endswith("TOKEN>"))})
     return out
 
 
