@@ -1,0 +1,66 @@
+"""The ``memroute`` command: one entry point that dispatches to each job's ``main(argv)``.
+
+Every job is also a module runnable with ``python -m`` or ``accelerate launch -m`` (e.g.
+``accelerate launch -m train.sufficiency configs/sufficiency_smollm2.yaml``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# command -> target -> "module:function"
+JOBS = {
+    "synth": {"sufficiency": "data_synthesis.sufficiency:main"},
+    "train": {"sufficiency": "train.sufficiency:main"},
+    "export": {"sufficiency": "train.export:main"},
+    "eval": {"sufficiency": "eval.sufficiency:main"},
+}
+SINGLE = {
+    "calibrate": "eval.sufficiency:calibrate_main",
+    "env": "eval.env:main",
+    "quickstart": "eval.quickstart:main",
+    "bench": "eval.bench:main",
+}
+USAGE = """usage: memroute <command> [target] [options]
+
+commands:
+  synth sufficiency      evidence-intervention samples from LoCoMo / HotpotQA
+  train sufficiency      LoRA + grouped-token loss + distillation (or: accelerate launch -m train.sufficiency)
+  export sufficiency     merge a training checkpoint into a router directory
+  eval sufficiency       AUROC/AP/ECE/Brier + tau sweep, base vs trained, calibration, plots
+  calibrate              choose tau for a target precision or early-termination rate
+  env                    versions, devices, embedded models, cache paths (for bug reports)
+  quickstart             synth -> train -> export -> eval on LoCoMo with SmolLM2, end to end
+  bench                  run the benchmarks and write a JSON + Markdown report
+
+Each command accepts a YAML recipe (first argument or --config) and --help."""
+
+
+def _call(spec: str, argv: list[str]):
+    module, func = spec.split(":")
+    return getattr(importlib.import_module(module), func)(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in {"-h", "--help", "help"}:
+        print(USAGE)
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd in SINGLE:
+        _call(SINGLE[cmd], rest)
+        return 0
+    if cmd in JOBS:
+        targets = JOBS[cmd]
+        if not rest or rest[0] not in targets:
+            print(f"memroute {cmd}: choose a target from {sorted(targets)}", file=sys.stderr)
+            return 2
+        _call(targets[rest[0]], rest[1:])
+        return 0
+    print(f"memroute: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
