@@ -188,7 +188,7 @@ class SufficiencySynthesizer:
         for backend in self.answer_backends:
             if not kept:
                 break
-            preds = backend.generate([answer_conversation(r["question"], r["context"]) for r in kept], max_new_tokens=24)
+            preds = backend.generate([answer_conversation(r["question"], r["context"]) for r in kept], max_new_tokens=16)
             still = []
             for rec, pred in zip(kept, preds):
                 ok = answers_correctly(pred, rec["answer"], self.cfg.answer_f1_threshold)

@@ -34,7 +34,7 @@ class QuickstartConfig:
     lora_r: int = 16
     lambda_rep: float = 0.1
     max_length: int = 640
-    bf16: bool = False
+    bf16: bool | None = field(default=None, metadata={"help": "None = auto (GPU or CPU with native bf16)"})
     seed: int = 0
 
 
@@ -58,6 +58,10 @@ def main(argv=None) -> dict:
     from train.config import parse_config, save_resolved_config
 
     (cfg,) = parse_config(make_parser(), [QuickstartConfig], argv)
+    if cfg.bf16 is None:
+        from routers.models import bf16_supported
+
+        cfg.bf16 = bf16_supported()
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_resolved_config(out, cfg)
@@ -80,6 +84,10 @@ def main(argv=None) -> dict:
                   "--lambda_rep", str(cfg.lambda_rep), "--max_length", str(cfg.max_length), "--seed", str(cfg.seed),
                   "--logging_steps", "10", "--save_steps", "20", "--warmup_steps", "10", "--lr_scheduler_type", "cosine",
                   "--bf16", str(cfg.bf16)]
+    import torch
+
+    if cfg.bf16 and not torch.cuda.is_available():
+        train_args += ["--use_cpu", "true"]  # transformers refuses bf16 without a GPU unless told it is a CPU run
     _, train_info = train_sufficiency.main(train_args)
     timings["training_s"] = time.perf_counter() - t
 

@@ -142,6 +142,18 @@ def default_device() -> str:
     return "cpu"
 
 
+def bf16_supported() -> bool:
+    """bf16 pays off here: a CUDA GPU with bf16, or a CPU with native bf16 (AVX512-BF16 / AMX)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.is_bf16_supported()
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
 # --------------------------------------------------------------------------------------------------
 # LLM backends: one protocol, a local transformers implementation and an OpenAI-compatible client.
 # --------------------------------------------------------------------------------------------------

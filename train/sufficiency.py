@@ -183,16 +183,27 @@ def default_rep_layer(model) -> int:
     return model.config.num_hidden_layers // 2
 
 
+def lora_targets(modules: list[str]):
+    """peft takes the special value "all-linear" as a bare string, module names as a list."""
+    return "all-linear" if list(modules) == ["all-linear"] else list(modules)
+
+
 def build_model(cfg: SufficiencyTrainingConfig):
+    from transformers import set_seed
+
     from routers.models import load_causal_lm
 
+    # Seed before the LoRA adapters are created: Trainer only seeds in its __init__, after their
+    # random init, so without this the same config trains a different router on every run.
+    set_seed(cfg.seed)
     model, tokenizer = load_causal_lm(cfg.model_name_or_path)
     model.config.use_cache = False
     if cfg.use_lora:
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                                                 target_modules=list(cfg.lora_target_modules), task_type="CAUSAL_LM"))
+                                                 target_modules=lora_targets(cfg.lora_target_modules),
+                                                 task_type="CAUSAL_LM"))
     return model, tokenizer
 
 

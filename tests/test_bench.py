@@ -1,0 +1,116 @@
+"""``memroute bench`` on the tiny model: files, keys and ratio arithmetic (never timing magnitudes)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from eval.bench import BENCHMARKS, figure, main
+from train.config import ConfigError
+
+ENVELOPE = ("schema_version", "machine", "versions", "git_revision", "config", "data")
+FIGURE_KEYS = ("name", "unit", "value", "baseline", "ratio", "ratio_definition", "target", "meets_target")
+
+
+def _check_ratio(f: dict) -> None:
+    value, baseline, ratio = f["value"], f["baseline"], f["ratio"]
+    assert value is not None and baseline is not None and ratio is not None
+    assert value > 0 and baseline > 0
+    expected = value / baseline if f["ratio_definition"] == "value/baseline" else baseline / value
+    assert f["ratio_definition"] in ("value/baseline", "baseline/value")
+    assert math.isclose(ratio, expected, rel_tol=1e-12)
+    op, bound = f["target"]["op"], f["target"]["value"]
+    assert f["meets_target"] is (ratio >= bound if op == ">=" else ratio <= bound)
+
+
+@pytest.fixture(scope="module")
+def bench_run(tiny_llama_dir, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bench")
+    out = tmp / "results"
+    argv = ["--model_name_or_path", tiny_llama_dir, "--n_samples", "2", "--train_steps", "1",
+            "--generate_new_tokens", "4", "--batch_size", "2", "--warmup_steps", "0",
+            "--data", str(tmp / "missing.jsonl"), "--output_dir", str(out), "--device", "cpu"]
+    return main(argv), out
+
+
+def test_bench_writes_reports(bench_run):
+    report, out = bench_run
+    names = list(BENCHMARKS)
+    assert {p.name for p in out.iterdir()} >= {f"{n}.json" for n in names} | {"report.json", "report.md"}
+    on_disk = json.loads((out / "report.json").read_text())
+    assert on_disk["benchmarks"].keys() == set(names)
+    for key in ENVELOPE:
+        assert key in on_disk
+    machine = on_disk["machine"]
+    assert {"platform", "cpu_count", "torch_threads", "device"} <= machine.keys() and machine["device"] == "cpu"
+    assert "torch" in on_disk["versions"] and "transformers" in on_disk["versions"]
+    assert on_disk["config"]["n_samples"] == 2 and on_disk["config"]["generate_new_tokens"] == 4
+    assert on_disk["data"]["n_samples"] == 2 and "LoCoMo" in on_disk["data"]["source"]
+    assert isinstance(on_disk["meets_all_targets"], bool)
+    assert report["meets_all_targets"] == on_disk["meets_all_targets"]
+
+    for name in names:
+        res = json.loads((out / f"{name}.json").read_text())
+        assert "error" not in res, res.get("traceback")
+        for key in ENVELOPE:
+            assert key in res
+        assert res["benchmark"] == name
+        assert isinstance(res["target"], str) and res["target"]
+        assert isinstance(res["meets_target"], bool)
+        assert res["figures"]
+        for f in res["figures"]:
+            for key in FIGURE_KEYS:
+                assert key in f, (name, key)
+            _check_ratio(f)
+        assert res["meets_target"] is all(f["meets_target"] for f in res["figures"])
+        assert res == on_disk["benchmarks"][name] | {k: on_disk[k] for k in ENVELOPE}
+
+    md = (out / "report.md").read_text()
+    assert "| benchmark | figure | value | baseline | ratio | target | meets |" in md
+    for row in on_disk["summary"]:
+        assert f"| {row['benchmark']} | {row['name']} |" in md
+
+
+def test_bench_details(bench_run):
+    _, out = bench_run
+    lat = json.loads((out / "router_latency.json").read_text())
+    gen = lat["generate_baseline"]
+    assert gen["max_new_tokens"] == gen["min_new_tokens"] == 4
+    assert gen["new_tokens_generated"] == {"min": 4, "max": 4}
+    assert lat["router"]["n"] == gen["n"] == 2
+    fig = {f["name"]: f for f in lat["figures"]}
+    assert fig["decision_latency_p50"]["value"] == lat["router"]["p50_s"]
+    assert fig["decision_latency_p50"]["baseline"] == gen["p50_s"]
+
+    dist = json.loads((out / "distill_step.json").read_text())
+    modes = dist["modes"]
+    assert set(modes) == {"base", "distill_no_cache", "distill_cached"}
+    assert all(m["n"] == 1 and len(m["losses"]) == 1 and math.isfinite(m["losses"][0]) for m in modes.values())
+    assert modes["base"]["lambda_rep"] == 0 and modes["distill_cached"]["teacher_cache"] is True
+    assert modes["distill_cached"]["cached_states"] == 2 and modes["distill_no_cache"]["cached_states"] == 0
+    fig = {f["name"]: f for f in dist["figures"]}
+    assert fig["step_time_distill_cached"]["baseline"] == modes["base"]["mean_s"]
+    assert fig["step_time_distill_cached"]["value"] == modes["distill_cached"]["mean_s"]
+    assert fig["step_time_distill_no_cache"]["value"] == modes["distill_no_cache"]["mean_s"]
+
+
+def test_figure_ratio_and_missing_numbers():
+    f = figure("x", "s", 2.0, 8.0, "baseline/value", (">=", 10.0))
+    assert f["ratio"] == 4.0 and f["meets_target"] is False
+    f = figure("x", "s", 1.0, 1.0, "value/baseline", ("<=", 1.1))
+    assert f["ratio"] == 1.0 and f["meets_target"] is True
+    f = figure("x", "s", None, 1.0, "value/baseline", ("<=", 1.1))
+    assert f["ratio"] is None and f["meets_target"] is False
+
+
+def test_unknown_options_are_errors(tmp_path):
+    with pytest.raises(ConfigError):
+        main(["--which", "nope", "--output_dir", str(tmp_path)])
+    with pytest.raises(ConfigError):
+        main(["--no_such_option", "1"])
+    recipe = tmp_path / "bench.yaml"
+    recipe.write_text("n_samples: 2\nbogus: 1\n")
+    with pytest.raises(ConfigError):
+        main([str(recipe)])
