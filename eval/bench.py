@@ -398,9 +398,17 @@ def bench_distill_step(cfg: BenchConfig, records: list[dict], device: str) -> di
     return _with_target(result)
 
 
+def bench_index_latency(cfg: BenchConfig, records: list[dict], device: str) -> dict:
+    """Dense memory index query latency / indexing throughput at 10k steps (eval/bench_retrieval.py)."""
+    from eval.bench_retrieval import bench_index_latency as run
+
+    return run(cfg, records, device)
+
+
 BENCHMARKS: dict[str, Callable[[BenchConfig, list[dict], str], dict]] = {
     "router_latency": bench_router_latency,
     "distill_step": bench_distill_step,
+    "index_latency": bench_index_latency,
 }
 
 

@@ -23,17 +23,18 @@ class QuickstartConfig:
     corpus_path: str | None = field(default=None, metadata={"help": "LoCoMo JSON; default: the bundled copy"})
     eval_episodes: list[str] = field(default_factory=lambda: ["conv-26", "conv-30"],
                                      metadata={"help": "held-out conversations"})
-    max_qa_per_episode: int = 40
-    max_eval_qa_per_episode: int = 40
+    max_qa_per_episode: int = 24
+    max_eval_qa_per_episode: int = 30
     answer_models: list[str] = field(default_factory=lambda: [DEFAULT_CAUSAL_LM])
     distractors_min: int = 2
     distractors_max: int = 4
-    max_steps: int = 120
+    max_steps: int = 60
     per_device_train_batch_size: int = 4
     learning_rate: float = 3e-4
     lora_r: int = 16
+    lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
     lambda_rep: float = 0.1
-    max_length: int = 640
+    max_length: int = 512
     bf16: bool | None = field(default=None, metadata={"help": "None = auto (GPU or CPU with native bf16)"})
     seed: int = 0
 
@@ -81,6 +82,7 @@ def main(argv=None) -> dict:
                   "--output_dir", str(out / "train"), "--export_dir", str(out / "router"),
                   "--max_steps", str(cfg.max_steps), "--per_device_train_batch_size", str(cfg.per_device_train_batch_size),
                   "--learning_rate", str(cfg.learning_rate), "--lora_r", str(cfg.lora_r),
+                  "--lora_target_modules", *cfg.lora_target_modules,
                   "--lambda_rep", str(cfg.lambda_rep), "--max_length", str(cfg.max_length), "--seed", str(cfg.seed),
                   "--logging_steps", "10", "--save_steps", "20", "--warmup_steps", "10", "--lr_scheduler_type", "cosine",
                   "--bf16", str(cfg.bf16)]

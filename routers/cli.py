@@ -11,10 +11,10 @@ import sys
 
 # command -> target -> "module:function"
 JOBS = {
-    "synth": {"sufficiency": "data_synthesis.sufficiency:main"},
-    "train": {"sufficiency": "train.sufficiency:main"},
-    "export": {"sufficiency": "train.export:main"},
-    "eval": {"sufficiency": "eval.sufficiency:main"},
+    "synth": {"sufficiency": "data_synthesis.sufficiency:main", "retriever": "data_synthesis.retriever:main"},
+    "train": {"sufficiency": "train.sufficiency:main", "retriever": "train.retriever:main"},
+    "export": {"sufficiency": "train.export:main", "retriever": "train.retriever:export_main"},
+    "eval": {"sufficiency": "eval.sufficiency:main", "retrieval": "eval.retrieval:main"},
 }
 SINGLE = {
     "calibrate": "eval.sufficiency:calibrate_main",
@@ -26,9 +26,13 @@ USAGE = """usage: memroute <command> [target] [options]
 
 commands:
   synth sufficiency      evidence-intervention samples from LoCoMo / HotpotQA
+  synth retriever        multi-positive contrastive pairs from evidence labels (LoCoMo / HotpotQA)
   train sufficiency      LoRA + grouped-token loss + distillation (or: accelerate launch -m train.sufficiency)
+  train retriever        multi-positive InfoNCE on MiniLM (or: accelerate launch -m train.retriever)
   export sufficiency     merge a training checkpoint into a router directory
+  export retriever       a retriever checkpoint as a RetrieverRouter directory
   eval sufficiency       AUROC/AP/ECE/Brier + tau sweep, base vs trained, calibration, plots
+  eval retrieval         Recall@k/MRR/nDCG of evidence: BM25, base vs trained encoder, hybrid prefix
   calibrate              choose tau for a target precision or early-termination rate
   env                    versions, devices, embedded models, cache paths (for bug reports)
   quickstart             synth -> train -> export -> eval on LoCoMo with SmolLM2, end to end

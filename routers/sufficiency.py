@@ -23,8 +23,10 @@ YES_WORDS = ("yes", "Yes", "YES")
 NO_WORDS = ("no", "No", "NO")
 SYSTEM_PROMPT = ("You decide whether retrieved memory is sufficient to answer a question. "
                  "Reply with one word: yes or no.")
-USER_TEMPLATE = ("Question: {question}\n\nRetrieved memory:\n{context}\n\n"
-                 "Is the retrieved memory sufficient to answer the question? Answer yes or no.")
+# Memory first, question last: the question sits right before the decision token, which small
+# models need (with the question first, SmolLM2-135M stayed at chance after 150 LoRA steps).
+USER_TEMPLATE = ("Retrieved memory:\n{context}\n\nQuestion: {question}\n\n"
+                 "Does the retrieved memory contain the information needed to answer this question? Answer yes or no.")
 TEACHER_SUFFIX = "\n\nEvidence analysis: {rationale}"
 TERMINATE, CONTINUE = "terminate", "continue"
 

@@ -6,6 +6,7 @@ Step embeddings are computed once per episode and cached in memory (and optional
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -40,10 +41,25 @@ def _minmax(x: np.ndarray) -> np.ndarray:
 
 
 class HybridRetriever:
-    """BM25 (rank_bm25) + dense (sentence-transformers) retrieval over an episode's steps."""
+    """BM25 (rank_bm25) + dense (sentence-transformers) retrieval over an episode's steps.
+
+    ``encoder``: an object with a sentence-transformers ``encode`` (a ``SentenceTransformer``, a
+    ``RetrieverRouter``), or a name/path to load -- an alias (``"minilm"``), an HF id, or a local folder
+    such as a trained retriever export (``outputs/retriever_minilm/export``); ``None`` loads the default
+    encoder when ``dense_weight > 0``; ``"none"`` means BM25 only.
+    """
 
     def __init__(self, encoder=None, dense_weight: float = 0.5, batch_size: int = 64):
-        if encoder is None and dense_weight > 0:
+        if isinstance(encoder, (str, os.PathLike)):
+            name = os.fspath(encoder)
+            encoder = None
+            if name.lower() not in ("", "none", "null"):
+                from routers.models import load_encoder
+
+                encoder = load_encoder(name)
+            else:
+                dense_weight = 0.0
+        elif encoder is None and dense_weight > 0:
             from routers.models import load_encoder
 
             encoder = load_encoder()
@@ -91,6 +107,12 @@ class HybridRetriever:
         mixed, lex, dense = self.scores(query, episode)
         order = np.lexsort((np.arange(len(mixed)), -mixed))[:k]
         return [Hit(episode.steps[i], float(mixed[i]), float(lex[i]), float(dense[i])) for i in order]
+
+
+def retrieval_prefix(retriever: "HybridRetriever", query: str, episode: Episode, k: int = 10) -> tuple[str, list[Hit]]:
+    """R_f(q, M) -> (C_f, H_f): the top-k hits and the context built from them in temporal order."""
+    hits = retriever.retrieve(query, episode, k)
+    return render_context([h.step for h in hits]), hits
 
 
 def render_context(steps: list[Step]) -> str:

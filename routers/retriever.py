@@ -1,0 +1,175 @@
+"""The contrastive evidence retriever (Router-Mem, DESIGN §5) as an exported router.
+
+    from routers.retriever import RetrieverRouter
+    r = RetrieverRouter.from_pretrained("outputs/retriever_minilm/export")
+    r.score("When did Caroline go to the LGBTQ support group?", episode.steps)   # cosine per step
+    index = r.build_index(episode.steps)                                        # VectorIndex
+    r.retrieve("When did ...", index, k=5)                                      # [(step_id, score), ...]
+
+The export is a plain sentence-transformers folder (``SentenceTransformer(path)`` loads it too, so
+does ``HybridRetriever(encoder=path)``) plus ``router_config.json`` (router_type ``"retriever"``) and a
+model card. Steps are embedded as ``Step.render()`` -- the same text the retrieval prefix indexes.
+Embeddings are L2-normalized, so scores are cosine similarities in [-1, 1].
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from routers.base import ROUTER_CONFIG, ROUTER_SCHEMA_VERSION, atomic_directory, git_revision, library_versions, register_router, write_json
+from routers.memory.index import VectorIndex
+from routers.memory.schema import Episode, Step
+
+
+@dataclass
+class RetrieverConfig:
+    base_model: str | None = None
+    temperature: float = 0.05
+    top_k: int = 10
+    threshold: float | None = None
+    max_seq_length: int | None = None
+    step_format: str = "Step.render()"
+    extra: dict = field(default_factory=dict)
+
+
+def _texts(items: Sequence[Step | str] | Step | str) -> list[str]:
+    if isinstance(items, (str, Step)):
+        items = [items]
+    return [s.render() if isinstance(s, Step) else str(s) for s in items]
+
+
+@register_router("retriever")
+class RetrieverRouter:
+    """A sentence encoder that ranks memory steps for a query (one embedding per step, cosine)."""
+
+    router_type = "retriever"
+
+    def __init__(self, model, config: RetrieverConfig | None = None):
+        self.model = model.eval()
+        self.config = config or RetrieverConfig()
+        if self.config.max_seq_length is None:
+            self.config.max_seq_length = getattr(model, "max_seq_length", None)
+
+    # -- construction --------------------------------------------------------------------------------
+    @classmethod
+    def from_encoder(cls, name_or_path: str, device: str | None = None, **config) -> "RetrieverRouter":
+        """An untrained retriever straight from an encoder (alias, HF id or path): the baseline."""
+        from routers.models import load_encoder
+
+        return cls(load_encoder(name_or_path, device=device), RetrieverConfig(base_model=name_or_path, **config))
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, device: str | None = None) -> "RetrieverRouter":
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        path = Path(path)
+        raw = json.loads((path / ROUTER_CONFIG).read_text())
+        if raw.get("router_type") != "retriever":
+            raise ValueError(f"{path}: router_type is {raw.get('router_type')!r}, expected 'retriever'")
+        cfg = RetrieverConfig(**{k: raw[k] for k in RetrieverConfig.__dataclass_fields__ if k in raw})
+        model = SentenceTransformer(str(path), device=device)
+        return cls(model, cfg)
+
+    # -- inference -----------------------------------------------------------------------------------
+    def encode(self, texts: Sequence[Step | str] | Step | str, batch_size: int = 64, show_progress_bar: bool = False,
+               **kwargs) -> np.ndarray:
+        """L2-normalized float32 embeddings (n, dim). Steps are rendered with ``Step.render()``.
+
+        Accepts (and ignores) ``normalize_embeddings``/``convert_to_numpy``, so a router can stand in
+        wherever a SentenceTransformer is expected (e.g. ``HybridRetriever(encoder=router)``).
+        """
+        kwargs.pop("normalize_embeddings", None)
+        kwargs.pop("convert_to_numpy", None)
+        texts = _texts(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        emb = self.model.encode(texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
+                                show_progress_bar=show_progress_bar, **kwargs)
+        return np.asarray(emb, dtype=np.float32)
+
+    @property
+    def dim(self) -> int:
+        get = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        return int(get())
+
+    def score(self, query: str | Sequence[str], steps: Sequence[Step | str]) -> np.ndarray:
+        """Cosine similarity of the query (or each query) with each step: (n_steps,) or (n_queries, n_steps)."""
+        single = isinstance(query, str)
+        q = self.encode([query] if single else list(query))
+        s = q @ self.encode(steps).T if len(steps) else np.zeros((len(q), 0), dtype=np.float32)
+        return s[0] if single else s
+
+    def build_index(self, memory: Episode | Sequence[Step], batch_size: int = 64) -> VectorIndex:
+        """A :class:`VectorIndex` over the steps (ids = step ids, insertion = temporal order)."""
+        steps = memory.steps if isinstance(memory, Episode) else list(memory)
+        index = VectorIndex(dim=self.dim)
+        if steps:
+            index.add([s.step_id for s in steps], self.encode(steps, batch_size=batch_size))
+        return index
+
+    def retrieve(self, query: str, memory: VectorIndex | Episode | Sequence[Step], k: int | None = None) -> list[tuple[str, float]]:
+        """Top-k (step_id, cosine) for the query; ties go to the earlier step."""
+        index = memory if isinstance(memory, VectorIndex) else self.build_index(memory)
+        ids, scores = index.search(self.encode([query])[0], k or self.config.top_k)
+        return [(str(i), float(s)) for i, s in zip(ids, scores)]
+
+    def decide(self, scores, threshold: float | None = None, k: int | None = None) -> list[int]:
+        """Indices of the steps to keep: by score (desc; ties earlier first), above ``threshold`` when
+        one is set (argument or config), at most ``k`` (default ``config.top_k``)."""
+        s = np.asarray(scores, dtype=np.float64).reshape(-1)
+        tau = self.config.threshold if threshold is None else threshold
+        order = np.lexsort((np.arange(len(s)), -s))
+        keep = [int(i) for i in order if tau is None or s[i] >= tau]
+        return keep[: (k or self.config.top_k)]
+
+    # -- export --------------------------------------------------------------------------------------
+    def router_config(self) -> dict:
+        return {"schema_version": ROUTER_SCHEMA_VERSION, "router_type": self.router_type,
+                "labels": {"score": "cosine(e(query), e(step)); higher = more likely evidence"},
+                "embedding_dim": self.dim, "normalized": True, **asdict(self.config),
+                "library_versions": library_versions(), "git_revision": git_revision()}
+
+    def save_pretrained(self, path: str | os.PathLike, model_card: str | None = None) -> Path:
+        """Write the sentence-transformers folder + router_config.json + README.md, atomically."""
+        with atomic_directory(path) as tmp:
+            self.model.save_pretrained(str(tmp), create_model_card=False)
+            write_json(tmp / ROUTER_CONFIG, self.router_config())
+            (tmp / "README.md").write_text(model_card or default_model_card(self))
+        return Path(path)
+
+
+def default_model_card(router: RetrieverRouter, metrics: dict | None = None, training: dict | None = None) -> str:
+    cfg = router.config
+    lines = [
+        "---", "library_name: sentence-transformers", "pipeline_tag: sentence-similarity",
+        "tags: [memroute, router-mem, memory-retrieval, sentence-transformers, contrastive]",
+        f"base_model: {cfg.base_model}", "---", "",
+        "# Router-Mem evidence retriever", "",
+        "A sentence encoder fine-tuned with multi-positive InfoNCE on evidence labels: for a question about",
+        "an agent's memory (ordered steps), the evidence steps (and windows containing them) are pulled",
+        "towards the question, semantically related non-evidence steps are pushed away. It is the dense",
+        "half of the Router-Mem fast retrieval prefix.", "",
+        "```python", "from routers.retriever import RetrieverRouter",
+        "r = RetrieverRouter.from_pretrained(\"path/to/this/dir\")",
+        "r.retrieve(question, r.build_index(episode.steps), k=5)   # [(step_id, cosine), ...]",
+        "# or: SentenceTransformer(\"path/to/this/dir\"); or HybridRetriever(encoder=\"path/to/this/dir\")",
+        "```", "",
+        f"- embedding dim {router.dim}, L2-normalized; steps embedded as `{cfg.step_format}`",
+        f"- max sequence length {cfg.max_seq_length}; training temperature T = {cfg.temperature}",
+    ]
+    if training:
+        lines += ["", "## Training", "", "```json", json.dumps(training, indent=2, default=str), "```"]
+    if metrics:
+        lines += ["", "## Evaluation", "", "```json", json.dumps(metrics, indent=2, default=str), "```"]
+    lines += ["", "## Data and licenses", "",
+              "Trained on pairs built from LoCoMo (Maharana et al., 2024, CC BY-NC 4.0: non-commercial use only)",
+              "and, when configured, a HotpotQA subset (Yang et al., 2018, CC BY-SA 4.0). The base encoder's license",
+              "(all-MiniLM-L6-v2: Apache-2.0) applies to the weights.", ""]
+    return "\n".join(lines)

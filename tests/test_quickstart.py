@@ -1,0 +1,23 @@
+"""The quickstart pipeline end to end on the tiny model (no answer model, BM25/entity miner only)."""
+
+from __future__ import annotations
+
+import json
+
+
+def test_quickstart_end_to_end_tiny(tiny_llama_dir, tmp_path, capsys):
+    from eval.quickstart import main
+
+    out = tmp_path / "qs"
+    summary = main(["--output_dir", str(out), "--model_name_or_path", tiny_llama_dir, "--encoder", "none",
+                    "--answer_models", "none", "--max_qa_per_episode", "2", "--max_eval_qa_per_episode", "3", "--eval_episodes", "conv-26", "conv-30",
+                    "--max_steps", "2", "--per_device_train_batch_size", "2", "--bf16", "false"])
+    metrics = json.loads((out / "eval" / "metrics.json").read_text())
+    assert set(summary["timings"]) == {"synthesis_s", "training_s", "evaluation_s", "total_s"}
+    assert summary["data"]["eval"]["samples"] == 12  # 2 held-out conversations x 3 questions x (pos + neg)
+    assert summary["training"]["steps"] == 2
+    assert (out / "router" / "router_config.json").exists() and (out / "router" / "calibration.json").exists()
+    assert (out / "eval" / "reliability.png").stat().st_size > 0
+    assert (out / "eval" / "early_termination.png").stat().st_size > 0
+    assert "AUROC" in capsys.readouterr().out
+    assert metrics["n_samples"] == 12 and set(metrics["models"]) == {"base", "trained"}

@@ -1,0 +1,324 @@
+"""Train the Router-Mem evidence retriever: multi-positive InfoNCE on sentence-transformers' trainer.
+
+    accelerate launch -m train.retriever configs/retriever_minilm.yaml [--max_steps 300 ...]
+    memroute train retriever configs/retriever_minilm.yaml
+    memroute export retriever --checkpoint outputs/retriever_minilm/checkpoint-100 --export_dir outputs/r
+
+Data: the JSONL of ``memroute synth retriever`` (one record per question with *variable* numbers of
+positives and negatives). :class:`MultiPositiveCollator` turns a batch of records into two columns:
+
+* ``query``: the B questions;
+* ``candidates``: for every question, ``positives_per_query`` positives (at least one evidence
+  *step* when the record has one) and ``negatives_per_query`` mined negatives, sampled without
+  replacement (all of them when a record has fewer), then **deduplicated by text** across the batch,
+  so a text is embedded once and is one column. The candidates are ordered by length and tokenized
+  in chunks of ``candidate_chunk_size`` (columns ``candidates0``, ``candidates1``, ...), each padded
+  only to its own longest text: short steps are not padded to the length of a window, which saves
+  most of the encoder's compute on CPU. The loss concatenates the chunks back in order.
+
+and a packed ``label`` tensor (B + 1, C): rows [:B] say, per question and candidate, 1 = sampled
+positive, -1 = a positive of this question that was not sampled (never used as its negative), 0 =
+negative (its own mined negatives and everything the other questions brought: in-batch negatives);
+row B holds each candidate's 63-bit text key, used to mask false negatives after a cross-process
+gather. :class:`train.retriever_losses.MultiPositiveInfoNCELoss` consumes exactly this.
+
+The model is saved in ``output_dir`` (a sentence-transformers folder) and, with ``export_dir``,
+exported atomically as a :class:`routers.retriever.RetrieverRouter` (router_config.json + model card).
+Training resumes from the last checkpoint in ``output_dir`` (``--resume never`` to start over).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+from sentence_transformers.sentence_transformer.data_collator import SentenceTransformerDataCollator
+from transformers.trainer_utils import get_last_checkpoint
+
+from data_synthesis.jsonl import atomic_write_json
+from routers.models import DEFAULT_ENCODER
+from train.retriever_losses import IGNORE, POSITIVE, MultiPositiveInfoNCELoss, pack_labels
+
+DATA_COLUMNS = ("query", "positives", "negatives", "positive_kinds")
+
+
+@dataclass
+class RetrieverTrainingConfig(SentenceTransformerTrainingArguments):
+    """SentenceTransformerTrainingArguments plus the retriever, sampling and loss options."""
+
+    model_name_or_path: str = field(default=DEFAULT_ENCODER, metadata={"help": "alias ('minilm'), HF id or local path"})
+    train_file: str = "outputs/retriever_data/train.jsonl"
+    max_train_samples: int | None = None
+    positives_per_query: int = field(default=2, metadata={"help": "positives sampled per query per step (<=0: all)"})
+    negatives_per_query: int = field(default=4, metadata={"help": "mined negatives sampled per query per step (<0: all)"})
+    temperature: float = field(default=0.05, metadata={"help": "InfoNCE temperature T"})
+    mini_batch_size: int | None = field(default=None, metadata={"help": "GradCache mini-batch (texts); None = no caching"})
+    gather_across_devices: bool = field(default=False, metadata={"help": "all-gather candidates across processes"})
+    candidate_chunk_size: int | None = field(default=32, metadata={
+        "help": "candidates are length-sorted and tokenized in chunks of this many (less padding); None = one column"})
+    other_positives_in_denominator: bool = False
+    max_seq_length: int | None = field(default=128, metadata={"help": "token budget per text (None = model default)"})
+    export_dir: str | None = field(default=None, metadata={"help": "export the RetrieverRouter here after training"})
+    resume: str = field(default="auto", metadata={"help": "'auto' resumes from the last checkpoint in output_dir; 'never'"})
+    # Defaults for this trainer (override the TrainingArguments ones).
+    output_dir: str = "outputs/retriever_minilm"
+    remove_unused_columns: bool = False
+    per_device_train_batch_size: int = 32
+    learning_rate: float = 3e-5
+    logging_steps: int = 10
+    save_steps: int = 50
+    save_total_limit: int | None = 2
+
+
+def text_key(text: str) -> int:
+    """Stable signed 63-bit key of a text (same on every process and run)."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big") >> 1
+
+
+@dataclass
+class MultiPositiveCollator(SentenceTransformerDataCollator):
+    """Variable positives/negatives per record -> [query, candidates] features + packed labels.
+
+    See the module docstring for the layout. Sampling uses this collator's own RNG (seeded), so a
+    run is reproducible for a fixed batch order.
+    """
+
+    positives_per_query: int = 2
+    negatives_per_query: int = 4
+    candidate_chunk_size: int | None = 32
+    seed: int = 0
+
+    def __post_init__(self):
+        self._rng = random.Random(self.seed)
+
+    def _sample_positives(self, rec: dict) -> list[str]:
+        pos = list(rec["positives"])
+        k = self.positives_per_query
+        if k <= 0 or len(pos) <= k:
+            return pos
+        kinds = rec.get("positive_kinds") or []
+        steps = [i for i, kind in enumerate(kinds) if kind == "step"]
+        first = [self._rng.choice(steps)] if steps else []
+        rest = [i for i in range(len(pos)) if i not in first]
+        return [pos[i] for i in sorted(first + self._rng.sample(rest, k - len(first)))]
+
+    def _sample_negatives(self, rec: dict) -> list[str]:
+        neg = list(rec.get("negatives") or [])
+        k = self.negatives_per_query
+        if k < 0 or len(neg) <= k:
+            return neg
+        return [neg[i] for i in sorted(self._rng.sample(range(len(neg)), k))]
+
+    def build(self, features: list[dict[str, Any]]) -> tuple[list[str], list[str], torch.Tensor]:
+        """(queries, candidate texts, packed labels) without tokenizing -- for tests and inspection."""
+        column: dict[str, int] = {}
+        texts: list[str] = []
+        sampled_pos: list[list[int]] = []
+        for rec in features:
+            cols = []
+            for t in self._sample_positives(rec):
+                if t not in column:
+                    column[t] = len(texts)
+                    texts.append(t)
+                cols.append(column[t])
+            sampled_pos.append(cols)
+            for t in self._sample_negatives(rec):
+                if t not in column:
+                    column[t] = len(texts)
+                    texts.append(t)
+        if self.candidate_chunk_size:  # length order (stable), so each tokenized chunk pads little
+            order = sorted(range(len(texts)), key=lambda j: len(texts[j]))
+            new_col = {old: new for new, old in enumerate(order)}
+            texts = [texts[j] for j in order]
+            column = {t: new_col[j] for t, j in column.items()}
+            sampled_pos = [[new_col[j] for j in cols] for cols in sampled_pos]
+        relation = torch.zeros((len(features), len(texts)), dtype=torch.long)
+        for i, rec in enumerate(features):
+            for t in rec["positives"]:  # every known positive of i is never a negative of i ...
+                if t in column:
+                    relation[i, column[t]] = IGNORE
+            relation[i, sampled_pos[i]] = POSITIVE  # ... and the sampled ones are its positives
+        keys = torch.tensor([text_key(t) for t in texts], dtype=torch.long)
+        return [rec["query"] for rec in features], texts, pack_labels(relation, keys)
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        if not features:
+            return {}
+        queries, texts, labels = self.build(features)
+        size = self.candidate_chunk_size or len(texts)
+        columns = [("query", queries)]
+        if self.candidate_chunk_size:
+            columns += [(f"candidates{i}", texts[s:s + size]) for i, s in enumerate(range(0, len(texts), size))]
+        else:
+            columns.append(("candidates", texts))
+        batch: dict[str, Any] = {}
+        for name, inputs in columns:
+            for key, value in self.preprocess_fn(inputs).items():
+                batch[f"{name}_{key}"] = value
+        batch["label"] = labels
+        return batch
+
+
+def features_from_batch(batch: dict[str, Any]) -> tuple[list[dict[str, Any]], torch.Tensor | None]:
+    """Split a collated batch into per-column feature dicts + labels, as SentenceTransformerTrainer does
+    (``collect_features``): a column is every key sharing the prefix of a ``*_input_ids`` key."""
+    features, seen = [], set()
+    for key in batch:
+        if key.endswith("_input_ids"):
+            prefix = key[: -len("input_ids")]
+            if prefix not in seen:
+                seen.add(prefix)
+                features.append({k[len(prefix):]: v for k, v in batch.items() if k.startswith(prefix)})
+    return features, batch.get("label")
+
+
+class RetrieverTrainer(SentenceTransformerTrainer):
+    """SentenceTransformerTrainer whose default collator is :class:`MultiPositiveCollator`."""
+
+    def get_data_collator(self, model, args, processing_class=None):
+        return MultiPositiveCollator(preprocess_fn=model.preprocess,
+                                     positives_per_query=getattr(args, "positives_per_query", 2),
+                                     negatives_per_query=getattr(args, "negatives_per_query", 4),
+                                     candidate_chunk_size=getattr(args, "candidate_chunk_size", 32),
+                                     seed=args.seed)
+
+
+def load_model(name_or_path: str, max_seq_length: int | None = None, device: str | None = None):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from sentence_transformers import SentenceTransformer
+
+    from routers.models import resolve_encoder
+
+    model = SentenceTransformer(resolve_encoder(name_or_path), device=device)
+    if max_seq_length:
+        model.max_seq_length = max_seq_length
+    return model
+
+
+def build_dataset(cfg: RetrieverTrainingConfig):
+    from datasets import Dataset
+
+    from data_synthesis.retriever import read_retriever_records
+
+    recs = read_retriever_records(cfg.train_file, cfg.max_train_samples)
+    return Dataset.from_list([{"query": r["query"], "positives": r["positives"], "negatives": r["negatives"],
+                               "positive_kinds": r.get("positive_kinds") or ["step"] * len(r["positives"])}
+                              for r in recs])
+
+
+def make_loss(model, cfg: RetrieverTrainingConfig) -> MultiPositiveInfoNCELoss:
+    return MultiPositiveInfoNCELoss(model, temperature=cfg.temperature, mini_batch_size=cfg.mini_batch_size,
+                                    gather_across_devices=cfg.gather_across_devices,
+                                    other_positives_in_denominator=cfg.other_positives_in_denominator)
+
+
+def resolve_resume(cfg: RetrieverTrainingConfig) -> str | None:
+    if cfg.resume_from_checkpoint:
+        return cfg.resume_from_checkpoint
+    if cfg.resume == "auto" and os.path.isdir(cfg.output_dir):
+        return get_last_checkpoint(cfg.output_dir)
+    if cfg.resume not in ("auto", "never"):
+        raise ValueError(f"resume must be 'auto' or 'never', got {cfg.resume!r}")
+    return None
+
+
+def export_retriever(model, cfg_or_base, export_dir: str, training_info: dict | None = None,
+                     temperature: float | None = None):
+    """Write a RetrieverRouter directory (sentence-transformers folder + router_config + card), atomically."""
+    from routers.retriever import RetrieverConfig, RetrieverRouter, default_model_card
+
+    base = getattr(cfg_or_base, "model_name_or_path", cfg_or_base)
+    temp = temperature if temperature is not None else getattr(cfg_or_base, "temperature", 0.05)
+    router = RetrieverRouter(model, RetrieverConfig(base_model=base, temperature=temp,
+                                                    max_seq_length=getattr(model, "max_seq_length", None)))
+    router.save_pretrained(export_dir, model_card=default_model_card(router, training=training_info))
+    return router
+
+
+def make_parser():
+    from train.config import make_arg_parser
+
+    return make_arg_parser([RetrieverTrainingConfig], prog="memroute train retriever",
+                           description="Train the evidence retriever (multi-positive InfoNCE).")
+
+
+def main(argv=None):
+    from transformers import set_seed
+
+    from train.config import parse_config, save_resolved_config
+
+    (cfg,) = parse_config(make_parser(), [RetrieverTrainingConfig], argv)
+    set_seed(cfg.seed)
+    resume = resolve_resume(cfg)
+    model = load_model(cfg.model_name_or_path, cfg.max_seq_length)
+    dataset = build_dataset(cfg)
+    trainer = RetrieverTrainer(model=model, args=cfg, train_dataset=dataset, loss=make_loss(model, cfg))
+    if trainer.is_world_process_zero():
+        save_resolved_config(cfg.output_dir, cfg)
+        print(f"[memroute] {len(dataset)} training queries from {cfg.train_file}; batch "
+              f"{cfg.per_device_train_batch_size} x (<= {cfg.positives_per_query} pos + {cfg.negatives_per_query} neg); "
+              f"resume from {resume}", file=sys.stderr)
+    result = trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model(cfg.output_dir)
+    info = {"model": cfg.model_name_or_path, "train_file": cfg.train_file, "queries": len(dataset),
+            "steps": result.global_step, "train_runtime_s": result.metrics.get("train_runtime"),
+            "final_loss": result.training_loss, "temperature": cfg.temperature,
+            "batch_size": cfg.per_device_train_batch_size, "positives_per_query": cfg.positives_per_query,
+            "negatives_per_query": cfg.negatives_per_query, "learning_rate": cfg.learning_rate,
+            "max_seq_length": cfg.max_seq_length, "mini_batch_size": cfg.mini_batch_size,
+            "candidate_chunk_size": cfg.candidate_chunk_size,
+            "resumed_from": resume, "world_size": trainer.args.world_size}
+    if trainer.is_world_process_zero():
+        atomic_write_json(Path(cfg.output_dir) / "train_summary.json", {**info, "log_history": trainer.state.log_history})
+        if cfg.export_dir:
+            export_retriever(trainer.accelerator.unwrap_model(trainer.model), cfg, cfg.export_dir, info)
+            print(f"[memroute] exported retriever to {cfg.export_dir}", file=sys.stderr)
+    return trainer, info
+
+
+# -- memroute export retriever ---------------------------------------------------------------------------
+@dataclass
+class RetrieverExportConfig:
+    checkpoint: str = field(default="outputs/retriever_minilm", metadata={"help": "output_dir or checkpoint-N"})
+    export_dir: str = "outputs/retriever_minilm/export"
+    base_model: str | None = field(default=None, metadata={"help": "recorded in router_config; default from resolved_config.yaml"})
+    temperature: float | None = None
+
+
+def export_main(argv=None):
+    import json
+
+    import yaml
+
+    from train.config import make_arg_parser, parse_config
+
+    parser = make_arg_parser([RetrieverExportConfig], prog="memroute export retriever",
+                             description="Export a retriever checkpoint as a RetrieverRouter directory.")
+    (cfg,) = parse_config(parser, [RetrieverExportConfig], argv)
+    ckpt = Path(cfg.checkpoint)
+    base, temp = cfg.base_model, cfg.temperature
+    for resolved in (ckpt / "resolved_config.yaml", ckpt.parent / "resolved_config.yaml"):
+        if resolved.exists():
+            data = yaml.safe_load(resolved.read_text()) or {}
+            base = base or data.get("model_name_or_path")
+            temp = temp if temp is not None else data.get("temperature")
+            break
+    training = None
+    summary = ckpt / "train_summary.json"
+    if summary.exists():
+        training = {k: v for k, v in json.loads(summary.read_text()).items() if k != "log_history"}
+    model = load_model(str(ckpt))
+    router = export_retriever(model, base or str(ckpt), cfg.export_dir, training, temperature=temp)
+    print(f"[memroute] exported {cfg.checkpoint} -> {cfg.export_dir}")
+    return router
+
+
+if __name__ == "__main__":
+    main()
