@@ -83,6 +83,8 @@ class BenchConfig:
     lora_r: int = 16
     lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     device: str | None = field(default=None, metadata={"help": "cpu / cuda / mps; default: best available."})
+    inference_dtype: str = field(default="float32", metadata={
+        "help": "Weights dtype for router_latency (both sides): float32 or bfloat16."})
     seed: int = 0
 
 
@@ -235,6 +237,7 @@ def bench_router_latency(cfg: BenchConfig, records: list[dict], device: str) -> 
     else:
         router = SufficiencyRouter.from_base(cfg.model_name_or_path, device=device)
         weights = cfg.model_name_or_path
+    router.model.to(getattr(torch, cfg.inference_dtype))  # same weights and dtype for both sides
     model, tok = router.model.eval(), router.tokenizer
     budget_lifted = False
     longest = max(len(e) for e in router.encode([r["question"] for r in records], [r["context"] for r in records]))
