@@ -96,3 +96,12 @@ def atomic_directory(target: str | os.PathLike):
 
 def write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def model_card_json_sections(training: dict | None = None, metrics: dict | None = None) -> list[str]:
+    """The "Training" / "Evaluation" sections every router's model card carries, as Markdown lines."""
+    lines: list[str] = []
+    for title, payload in (("Training", training), ("Evaluation", metrics)):
+        if payload:
+            lines += ["", f"## {title}", "", "```json", json.dumps(payload, indent=2, default=str), "```"]
+    return lines

@@ -22,7 +22,8 @@ from typing import Sequence
 
 import numpy as np
 
-from routers.base import ROUTER_CONFIG, ROUTER_SCHEMA_VERSION, atomic_directory, git_revision, library_versions, register_router, write_json
+from routers.base import (ROUTER_CONFIG, ROUTER_SCHEMA_VERSION, atomic_directory, git_revision, library_versions,
+                          model_card_json_sections, register_router, write_json)
 from routers.memory.index import VectorIndex
 from routers.memory.schema import Episode, Step
 
@@ -164,10 +165,7 @@ def default_model_card(router: RetrieverRouter, metrics: dict | None = None, tra
         f"- embedding dim {router.dim}, L2-normalized; steps embedded as `{cfg.step_format}`",
         f"- max sequence length {cfg.max_seq_length}; training temperature T = {cfg.temperature}",
     ]
-    if training:
-        lines += ["", "## Training", "", "```json", json.dumps(training, indent=2, default=str), "```"]
-    if metrics:
-        lines += ["", "## Evaluation", "", "```json", json.dumps(metrics, indent=2, default=str), "```"]
+    lines += model_card_json_sections(training, metrics)
     lines += ["", "## Data and licenses", "",
               "Trained on pairs built from LoCoMo (Maharana et al., 2024, CC BY-NC 4.0: non-commercial use only)",
               "and, when configured, a HotpotQA subset (Yang et al., 2018, CC BY-SA 4.0). The base encoder's license",

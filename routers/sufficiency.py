@@ -17,7 +17,7 @@ from typing import Sequence
 import torch
 
 from routers.base import (CALIBRATION, ROUTER_CONFIG, ROUTER_SCHEMA_VERSION, atomic_directory, git_revision,
-                          library_versions, register_router, write_json)
+                          library_versions, model_card_json_sections, register_router, write_json)
 
 YES_WORDS = ("yes", "Yes", "YES")
 NO_WORDS = ("no", "No", "NO")
@@ -219,10 +219,7 @@ def default_model_card(router: SufficiencyRouter, metrics: dict | None = None, t
         f"- yes tokens: {cfg.yes_token_ids}; no tokens: {cfg.no_token_ids}",
         f"- threshold tau: {cfg.threshold}; input budget: {cfg.max_input_tokens} tokens (longer -> continue)",
     ]
-    if training:
-        lines += ["", "## Training", "", "```json", json.dumps(training, indent=2, default=str), "```"]
-    if metrics:
-        lines += ["", "## Evaluation", "", "```json", json.dumps(metrics, indent=2, default=str), "```"]
+    lines += model_card_json_sections(training, metrics)
     lines += ["", "## Data and licenses", "",
               "Trained on evidence-intervention samples synthesized from LoCoMo (Maharana et al., 2024,",
               "CC BY-NC 4.0: non-commercial use only). Base model license applies to the weights.", ""]
