@@ -49,3 +49,14 @@ def locomo_episodes():
     from data_synthesis.corpora import load_locomo
 
     return load_locomo()
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Pin torch to one thread for a module: on shared 2-core machines oversubscription costs 10x."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -15,12 +15,7 @@ from train.retriever_losses import (IGNORE, NEGATIVE, POSITIVE, MultiPositiveInf
                                     multi_positive_infonce, pack_labels, unpack_labels)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def hand_loss(q, c, pos, excluded, T, other_pos_in_denominator=False):
