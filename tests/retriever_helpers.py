@@ -95,3 +95,24 @@ def gather_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
         torch.save({"loss": loss.detach(), "q_grad": q.grad, "c_grad": c.grad}, Path(out_dir) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
+
+
+class BagOfLetters:
+    """Deterministic stand-in for a sentence encoder: normalized letter counts (``shift`` rotates them)."""
+
+    def __init__(self, shift: int = 0):
+        self.shift = shift
+
+    def encode(self, texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False):
+        import string
+
+        import numpy as np
+
+        out = []
+        for t in texts:
+            v = np.zeros(26)
+            for ch in t.lower():
+                if ch in string.ascii_lowercase:
+                    v[(ord(ch) - 97 + self.shift) % 26] += 1
+            out.append(v / (np.linalg.norm(v) or 1.0))
+        return np.stack(out)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import csv
 import json
 import math
-import string
 
 import numpy as np
 import pytest
+from retriever_helpers import BagOfLetters
 
 from eval.retrieval import (RetrievalEvalConfig, ir_metrics, mrr_at_k, ndcg_at_k, query_metrics, rank_by_scores,
                             recall_at_k, run)
@@ -64,21 +64,6 @@ def test_query_and_mean_metrics():
 
 def test_rank_by_scores_ties_in_temporal_order():
     assert rank_by_scores(np.array([0.1, 0.5, 0.5, 0.9]), ["s0", "s1", "s2", "s3"], 3) == ["s3", "s1", "s2"]
-
-
-class BagOfLetters:
-    def __init__(self, shift: int = 0):
-        self.shift = shift
-
-    def encode(self, texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False):
-        out = []
-        for t in texts:
-            v = np.zeros(26)
-            for ch in t.lower():
-                if ch in string.ascii_lowercase:
-                    v[(ord(ch) - 97 + self.shift) % 26] += 1
-            out.append(v / (np.linalg.norm(v) or 1.0))
-        return np.stack(out)
 
 
 def hotpot_file(tmp_path):

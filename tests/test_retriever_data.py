@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import string
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import pytest
+from retriever_helpers import BagOfLetters
 
 from data_synthesis.jsonl import RecordError
 from data_synthesis.retriever import (RECORD_FIELDS, RetrieverSynthConfig, RetrieverSynthesizer, build_record,
@@ -17,20 +16,6 @@ from routers.memory.retrieval import HybridRetriever, render_context
 from routers.memory.schema import QA, Episode, Step
 
 HOTPOTQA = Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpotqa" / "hotpotqa_train100.json"
-
-
-class BagOfLetters:
-    """Deterministic stand-in for a sentence encoder."""
-
-    def encode(self, texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False):
-        out = []
-        for t in texts:
-            v = np.zeros(26)
-            for ch in t.lower():
-                if ch in string.ascii_lowercase:
-                    v[ord(ch) - 97] += 1
-            out.append(v / (np.linalg.norm(v) or 1.0))
-        return np.stack(out)
 
 
 TEXTS = ["we planned the picnic", "Ann bought a kite at the fair", "the kite was purple and huge",
