@@ -1,0 +1,1 @@
+"""MemAgent (seed 000): heterogeneous memory providers, forced exploration and an SFT router for Begin/In/End."""
