@@ -141,6 +141,18 @@ def split_episodes(episodes: list[Episode], eval_fraction: float = 0.2, seed: in
     return [e for e in episodes if e.episode_id not in ids], [e for e in episodes if e.episode_id in ids]
 
 
+def sample_qa(episode: Episode, cap: int | None, seed: int = 0) -> list[QA]:
+    """Up to ``cap`` questions of an episode, drawn at random (seeded, per episode) and kept in file order.
+
+    Taking the first ``cap`` would be biased: LoCoMo lists its questions grouped by category.
+    """
+    if not cap or cap >= len(episode.qa):
+        return list(episode.qa)
+    rng = random.Random(f"{seed}:{episode.episode_id}")
+    keep = sorted(rng.sample(range(len(episode.qa)), cap))
+    return [episode.qa[i] for i in keep]
+
+
 def load_corpus(name: str, path: str | None = None, **kwargs) -> list[Episode]:
     if name == "locomo":
         return load_locomo(path, **kwargs)

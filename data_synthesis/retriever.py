@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_synthesis.corpora import load_hotpotqa, load_locomo, split_episodes
+from data_synthesis.corpora import load_hotpotqa, load_locomo, sample_qa, split_episodes
 from data_synthesis.jsonl import ResumableJsonlWriter, atomic_write_json, read_jsonl
 from data_synthesis.sufficiency import _rng, leaks_answer
 from routers.memory.retrieval import HybridRetriever, render_context
@@ -276,11 +276,11 @@ class RetrieverSynthesizer:
 
         cfg = self.cfg
         out = Path(cfg.output_dir)
-        total = sum(len(ep.qa[:cfg.max_qa_per_episode] if cfg.max_qa_per_episode else ep.qa) for ep in episodes)
+        total = sum(len(sample_qa(ep, cfg.max_qa_per_episode, cfg.seed)) for ep in episodes)
         with ResumableJsonlWriter(out / f"{split}.jsonl") as writer:
             bar = tqdm(total=total, desc=f"synth retriever {split}", unit="qa", disable=not progress, file=sys.stderr)
             for ep in episodes:
-                qas = ep.qa[:cfg.max_qa_per_episode] if cfg.max_qa_per_episode else ep.qa
+                qas = sample_qa(ep, cfg.max_qa_per_episode, cfg.seed)
                 todo = []
                 for qa in qas:
                     problem, ids = evidence_problem(ep, qa)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_synthesis.corpora import load_corpus, split_episodes
+from data_synthesis.corpora import load_corpus, sample_qa, split_episodes
 from data_synthesis.jsonl import ResumableJsonlWriter, atomic_write_json, read_jsonl
 from eval.qa_scoring import answers_correctly, normalize_answer
 from routers.memory.retrieval import HybridRetriever, render_context, tokenize
@@ -210,7 +210,7 @@ class SufficiencySynthesizer:
 
         out = Path(self.cfg.output_dir)
         counts: Counter = Counter()
-        work = [(ep, qa) for ep in episodes for qa in (ep.qa[:cap] if cap else ep.qa)]
+        work = [(ep, qa) for ep in episodes for qa in sample_qa(ep, cap, self.cfg.seed)]
         with ResumableJsonlWriter(out / f"{split}.jsonl") as writer, \
                 ResumableJsonlWriter(out / "discarded.jsonl") as discarded:
             done = writer.done | discarded.done

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from data_synthesis.corpora import (bundled_locomo_path, load_corpus, load_hotpotqa, load_locomo,
+from data_synthesis.corpora import (bundled_locomo_path, load_corpus, load_hotpotqa, load_locomo, sample_qa,
                                     normalize_locomo_evidence, split_episodes)
 from routers.memory.schema import Episode, LoadStats
 
@@ -221,3 +221,15 @@ def test_locomo_structure_errors(tmp_path):
         load_corpus("nope")
     with pytest.raises(ValueError, match="needs a path"):
         load_corpus("hotpotqa")
+
+
+def test_sample_qa_is_seeded_random_and_keeps_file_order(locomo_episodes):
+    ep = locomo_episodes[0]
+    a, b = sample_qa(ep, 20, seed=0), sample_qa(ep, 20, seed=0)
+    assert [q.qa_id for q in a] == [q.qa_id for q in b]
+    assert len(a) == 20 and len({q.qa_id for q in a}) == 20
+    order = [q.qa_id for q in ep.qa]
+    assert [order.index(q.qa_id) for q in a] == sorted(order.index(q.qa_id) for q in a)
+    assert [q.qa_id for q in a] != order[:20]          # not the biased head of the list
+    assert [q.qa_id for q in sample_qa(ep, 20, seed=1)] != [q.qa_id for q in a]
+    assert sample_qa(ep, None) == ep.qa and sample_qa(ep, 10_000) == ep.qa

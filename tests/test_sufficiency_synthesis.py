@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from data_synthesis.corpora import sample_qa
 from data_synthesis.jsonl import RecordError, read_jsonl
 from data_synthesis.sufficiency import (RECORD_FIELDS, SCHEMA_VERSION, DistractorMiner, SufficiencySynthConfig,
                                         SufficiencySynthesizer, build_candidates, leaks_answer)
@@ -43,7 +44,7 @@ def _expected_ids(episodes, episode_ids, cap) -> list[str]:
     for ep in episodes:
         if ep.episode_id not in episode_ids:
             continue
-        for qa in (ep.qa[:cap] if cap else ep.qa):
+        for qa in sample_qa(ep, cap, seed=0):
             out += [f"{qa.qa_id}/positive", f"{qa.qa_id}/{'partial' if len(qa.evidence) > 1 else 'none'}"]
     return out
 
