@@ -1,0 +1,262 @@
+"""Begin / In / End prompts of the MemAgent router (paper Tables 10-11) and robust parsers for its replies.
+
+Each phase is a chat (list of ``{"role", "content"}`` messages) plus a short completion, the TRL
+conversational prompt-completion format the SFT data and the router's log-probability scoring share:
+
+* Begin: the goal, and for every long-term provider its storage + retrieval description and the
+  embedding/keyword probe preview (Table 11: "Begin prompts incorporate both storage and retrieval
+  descriptions"). Completion: one provider name, or ``None`` for no memory.
+* In: the goal, the step index and the short-term memory summary (Table 10 sections). Completion:
+  ``Query`` (inject the summary) or ``NoOp``.
+* End: the trajectory (compact, step-capped) and every provider's storage description with its outcome
+  gate (Table 11). Completion: comma-separated provider names, or ``None``. The router scores End per
+  provider (``end_provider_messages``: the same body, a yes/no question about one provider).
+
+The question sits last in every user message: small models need it right before the decision tokens.
+Providers are a mapping ``name -> object`` with ``describe_storage()``, ``describe_retrieval()`` and
+``gate`` ("success" | "all"), duck typed.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Mapping, Sequence
+
+NONE = "None"
+QUERY, NOOP = "Query", "NoOp"
+YES, NO = "yes", "no"
+SNIPPET_CHARS = 200          # probe preview snippet shown per provider
+END_MAX_STEPS = 12           # trajectory steps rendered in the End prompt (first half + last half)
+END_OBS_CHARS = 240          # observation characters per rendered step
+SUMMARY_CHARS = 3000         # short-term summary cap in the In prompt
+
+BEGIN_SYSTEM = ("You are the memory agent of a task agent. Before a task starts you choose which long-term "
+                "memory provider to retrieve from; its memory is injected into the task agent's prompt. "
+                "Choose None when no provider's memory would help. Reply with one option name only.")
+BEGIN_QUESTION = "Which memory provider should the task agent retrieve from? Reply with one option name."
+IN_SYSTEM = ("You are the memory agent of a task agent. At each step you decide whether to inject the "
+             "short-term memory summary into the task agent's context (Query) or to skip it (NoOp). "
+             "Reply with Query or NoOp only.")
+IN_QUESTION = "Inject the short-term memory summary at this step? Reply Query or NoOp."
+END_SYSTEM = ("You are the memory agent of a task agent. After a task ends you choose which long-term "
+              "memory providers should store its trajectory for reuse by future tasks. "
+              "Reply with the provider names separated by commas, or None.")
+END_QUESTION = "Which providers should store this trajectory? Reply with names separated by commas, or None."
+END_PROVIDER_QUESTION = "Should {name} store this trajectory? Answer yes or no."
+GATE_TEXT = {"success": "stores successful trajectories only", "all": "stores all outcomes"}
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def _clip(text: str, n: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 3].rstrip() + "..."
+
+
+def _get(obj: Any, key: str, default=None):
+    return obj.get(key, default) if isinstance(obj, Mapping) else getattr(obj, key, default)
+
+
+def _previews_by_name(previews) -> dict[str, Any]:
+    """Accept a mapping name -> Preview, or a sequence of Preview objects / dicts with a ``provider`` key."""
+    if isinstance(previews, Mapping):
+        return dict(previews)
+    out = {}
+    for p in previews or ():
+        name = _get(p, "provider")
+        if name is None:
+            raise ValueError(f"preview without a provider name: {p!r}")
+        out[name] = p
+    return out
+
+
+def _gate_text(gate: str) -> str:
+    if gate not in GATE_TEXT:
+        raise ValueError(f"unknown storage gate {gate!r}; expected one of {sorted(GATE_TEXT)}")
+    return GATE_TEXT[gate]
+
+
+def begin_messages(goal: str, previews, providers: Mapping[str, Any]) -> list[dict]:
+    """Begin prompt: every provider's storage/retrieval description and probe preview, the goal last."""
+    by_name = _previews_by_name(previews)
+    unknown = sorted(set(by_name) - set(providers))
+    if unknown:
+        raise ValueError(f"previews for providers not in the pool: {unknown}")
+    blocks = []
+    for i, (name, prov) in enumerate(providers.items(), 1):
+        p = by_name.get(name)
+        if p is None or not int(_get(p, "n_items", 0) or 0):
+            preview = "(empty store)" if p is not None else "(no preview)"
+        else:
+            preview = (f"score {float(_get(p, 'score', 0.0)):.3f}, {int(_get(p, 'n_items', 0))} items: "
+                       f"\"{_clip(_get(p, 'snippet', ''), SNIPPET_CHARS)}\"")
+        blocks.append(f"{i}. {name}\n   Storage: {prov.describe_storage()}\n"
+                      f"   Retrieval: {prov.describe_retrieval()}\n   Preview: {preview}")
+    options = ", ".join([NONE, *providers])
+    user = (f"Memory providers (storage, retrieval, probe preview):\n" + "\n".join(blocks)
+            + f"\n\nOptions: {options}\n\nTask: {goal.strip()}\n\n{BEGIN_QUESTION}")
+    return [{"role": "system", "content": BEGIN_SYSTEM}, {"role": "user", "content": user}]
+
+
+def in_messages(goal: str, step_index: int, state_summary: str) -> list[dict]:
+    """In prompt: the short-term summary (Collected Data / Pages Visited / Recent Searches), then the question."""
+    summary = _clip_block(state_summary, SUMMARY_CHARS) if state_summary and state_summary.strip() else "(empty)"
+    user = (f"Short-term memory summary:\n{summary}\n\nTask: {goal.strip()}\nStep: {int(step_index)}\n\n"
+            f"{IN_QUESTION}")
+    return [{"role": "system", "content": IN_SYSTEM}, {"role": "user", "content": user}]
+
+
+def _clip_block(text: str, n: int) -> str:
+    """Keep line structure (the summary's sections) but cap total length."""
+    text = text.strip()
+    return text if len(text) <= n else text[: n - 3].rstrip() + "..."
+
+
+def render_trajectory(trajectory, max_steps: int = END_MAX_STEPS, obs_chars: int = END_OBS_CHARS) -> str:
+    """Compact trajectory: goal, outcome, memory used, and at most ``max_steps`` steps (head and tail)."""
+    steps = list(trajectory.steps)
+    lines = [f"Task: {trajectory.task.goal.strip()}",
+             f"Outcome: {'success' if trajectory.success else 'failure'} ({len(steps)} steps)",
+             f"Begin memory: {trajectory.begin_provider or NONE}"]
+    if len(steps) > max_steps:
+        head, tail = steps[: (max_steps + 1) // 2], steps[len(steps) - max_steps // 2:]
+        shown = [*head, None, *tail]
+    else:
+        shown = steps
+    for s in shown:
+        if s is None:
+            lines.append(f"... ({len(steps) - max_steps} steps omitted) ...")
+        else:
+            lines.append(f"Step {s.index}: > {_clip(s.action, 120)} | {_clip(s.observation, obs_chars)}")
+    return "\n".join(lines)
+
+
+def _end_body(trajectory, providers: Mapping[str, Any]) -> str:
+    blocks = [f"{i}. {name}: {prov.describe_storage()} [gate: {_gate_text(prov.gate)}]"
+              for i, (name, prov) in enumerate(providers.items(), 1)]
+    return (f"Trajectory:\n{render_trajectory(trajectory)}\n\nProviders (storage, outcome gate):\n"
+            + "\n".join(blocks))
+
+
+def end_messages(trajectory, providers: Mapping[str, Any]) -> list[dict]:
+    """End prompt: the compact trajectory, every provider's storage description + gate, the subset question."""
+    user = f"{_end_body(trajectory, providers)}\n\n{END_QUESTION}"
+    return [{"role": "system", "content": END_SYSTEM}, {"role": "user", "content": user}]
+
+
+def end_provider_messages(end_prompt: Sequence[dict], name: str) -> list[dict]:
+    """Per-provider End question: the End prompt with its subset question replaced by a yes/no about ``name``.
+
+    Built from the messages (not the trajectory) so ``end.jsonl`` records convert without the run.
+    """
+    msgs = [dict(m) for m in end_prompt]
+    last = msgs[-1] if msgs else {}
+    content = last.get("content", "")
+    if last.get("role") != "user" or not content.endswith(END_QUESTION):
+        raise ValueError("not an End prompt: the last message must be the user turn ending with the End question")
+    last["content"] = content[: -len(END_QUESTION)] + END_PROVIDER_QUESTION.format(name=name)
+    return msgs
+
+
+def begin_completion(name: str | None) -> str:
+    return NONE if name is None else str(name)
+
+
+def in_completion(query: bool) -> str:
+    return QUERY if query else NOOP
+
+
+def end_completion(names: Iterable[str]) -> str:
+    out: list[str] = []
+    for n in names:
+        if n not in out:
+            out.append(n)
+    return ", ".join(out) if out else NONE
+
+
+def yes_no_completion(value: bool) -> str:
+    return YES if value else NO
+
+
+_LABEL = re.compile(r"^\s*(?:answer|provider|option|choice|decision|store|storage|providers)\s*[:=-]\s*", re.I)
+_NONE_FORMS = {"none", "nomemory", "nothing", "null", "no", "noprovider", "nostorage", "empty"}
+
+
+def _strip_label(text: str) -> str:
+    text = str(text).strip().strip("`").strip()
+    return _LABEL.sub("", text, count=1).strip()
+
+
+def _match_name(piece: str, names: Sequence[str]) -> str | None:
+    key = _norm(piece)
+    if not key:
+        return None
+    by_norm = {_norm(n): n for n in names}
+    if key in by_norm:
+        return by_norm[key]
+    hits = [(key.find(k), -len(k), n) for k, n in by_norm.items() if k and k in key]
+    return min(hits)[2] if hits else None
+
+
+def parse_begin(text: str, names: Iterable[str]) -> str | None:
+    """Provider name (canonical spelling) or None. Tolerates labels, quotes, case, punctuation, extra words."""
+    names = list(names)
+    body = _strip_label(text)
+    first = body.splitlines()[0] if body else ""
+    if _norm(first) in _NONE_FORMS:
+        return None
+    for candidate in (first, body):
+        hit = _match_name(candidate, names)
+        if hit is not None:
+            return hit
+    if re.search(r"\bnone\b|\bno memory\b", body, re.I):
+        return None
+    raise ValueError(f"cannot parse a Begin decision from {text!r}; options: {[NONE, *names]}")
+
+
+def parse_in(text: str) -> bool:
+    """True for Query, False for NoOp; tolerant of case, punctuation and trailing words."""
+    body = _strip_label(text)
+    key = _norm(body.split()[0]) if body.split() else ""
+    if key in {"query", "inject", "yes"}:
+        return True
+    if key in {"noop", "skip", "no", "none"}:
+        return False
+    low = _norm(body)
+    positions = [(low.find(k), v) for k, v in (("noop", False), ("query", True)) if k in low]
+    if positions:
+        return min(positions)[1]
+    raise ValueError(f"cannot parse an In decision from {text!r}; expected {QUERY} or {NOOP}")
+
+
+def parse_end(text: str, names: Iterable[str]) -> list[str]:
+    """Provider names (canonical, first-seen order, no duplicates); [] for None. Unknown names are an error."""
+    names = list(names)
+    body = _strip_label(text)
+    if _norm(body) in _NONE_FORMS or not body:
+        return []
+    out: list[str] = []
+    for piece in re.split(r"[,;\n]|\band\b|&", body):
+        piece = piece.strip().strip("-*•").strip()
+        if not _norm(piece):
+            continue
+        hit = _match_name(piece, names)
+        if hit is None:
+            if _norm(piece) in _NONE_FORMS:
+                continue
+            raise ValueError(f"cannot parse an End decision from {text!r}: unknown provider {piece!r}; "
+                             f"known: {names}")
+        if hit not in out:
+            out.append(hit)
+    return out
+
+
+def parse_yes_no(text: str) -> bool:
+    key = _norm(_strip_label(text).split()[0]) if _strip_label(text).split() else ""
+    if key in {"yes", "y", "true"}:
+        return True
+    if key in {"no", "n", "false"}:
+        return False
+    raise ValueError(f"cannot parse yes/no from {text!r}")
