@@ -14,7 +14,8 @@ JOBS = {
     "synth": {"sufficiency": "data_synthesis.sufficiency:main", "retriever": "data_synthesis.retriever:main"},
     "train": {"sufficiency": "train.sufficiency:main", "retriever": "train.retriever:main"},
     "export": {"sufficiency": "train.export:main", "retriever": "train.retriever:export_main"},
-    "eval": {"sufficiency": "eval.sufficiency:main", "retrieval": "eval.retrieval:main"},
+    "eval": {"sufficiency": "eval.sufficiency:main", "retrieval": "eval.retrieval:main",
+             "progressive": "eval.progressive:main"},
 }
 SINGLE = {
     "calibrate": "eval.sufficiency:calibrate_main",
@@ -33,6 +34,7 @@ commands:
   export retriever       a retriever checkpoint as a RetrieverRouter directory
   eval sufficiency       AUROC/AP/ECE/Brier + tau sweep, base vs trained, calibration, plots
   eval retrieval         Recall@k/MRR/nDCG of evidence: BM25, base vs trained encoder, hybrid prefix
+  eval progressive       Router-Mem fast/slow execution: tau sweep, endpoints, RAG, long context, T_mem/T_e2e
   calibrate              choose tau for a target precision or early-termination rate
   env                    versions, devices, embedded models, cache paths (for bug reports)
   quickstart             synth -> train -> export -> eval on LoCoMo with SmolLM2, end to end

@@ -214,6 +214,8 @@ class OpenAICompatibleBackend:
     """Client for an OpenAI-compatible ``/v1/chat/completions`` server (vLLM, SGLang, ...).
 
     No network call happens until :meth:`generate`. Requests retry with exponential backoff.
+    ``concurrency`` > 1 sends the conversations of one :meth:`generate` call as concurrent requests
+    (a thread pool; results keep input order), which is how a vLLM server batches them.
     """
 
     model: str
@@ -223,6 +225,7 @@ class OpenAICompatibleBackend:
     max_retries: int = 3
     backoff: float = 1.0
     temperature: float = 0.0
+    concurrency: int = 1
     name: str = field(init=False)
 
     def __post_init__(self):
@@ -249,30 +252,40 @@ class OpenAICompatibleBackend:
                     time.sleep(self.backoff * (2 ** attempt))
         raise RuntimeError(f"{self.name}: request failed after {self.max_retries + 1} attempts: {last}")
 
+    def _complete(self, conv, max_new_tokens: int) -> str:
+        data = self._post({"model": self.model, "messages": list(conv), "max_tokens": max_new_tokens,
+                           "temperature": self.temperature})
+        try:
+            return (data["choices"][0]["message"]["content"] or "").strip()
+        except (KeyError, IndexError, TypeError):
+            raise RuntimeError(f"{self.name}: malformed response {str(data)[:200]}") from None
+
     def generate(self, conversations, max_new_tokens: int = 64) -> list[str]:
-        out = []
-        for conv in conversations:
-            data = self._post({"model": self.model, "messages": list(conv), "max_tokens": max_new_tokens,
-                               "temperature": self.temperature})
-            try:
-                out.append((data["choices"][0]["message"]["content"] or "").strip())
-            except (KeyError, IndexError, TypeError):
-                raise RuntimeError(f"{self.name}: malformed response {str(data)[:200]}") from None
-        return out
+        conversations = list(conversations)
+        workers = min(max(1, self.concurrency), len(conversations))
+        if workers <= 1:
+            return [self._complete(conv, max_new_tokens) for conv in conversations]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(lambda conv: self._complete(conv, max_new_tokens), conversations))
 
 
 def make_backend(spec: str | None, **kwargs) -> LLMBackend | None:
     """Build a backend from a config string.
 
     ``"none"``/``None`` -> no backend; ``"openai:MODEL@URL"`` -> HTTP; anything else (optionally
-    prefixed ``"transformers:"``) -> local transformers model.
+    prefixed ``"transformers:"``) -> local transformers model. ``kwargs`` go to the local model; an HTTP
+    backend takes only the ones it has fields for (``timeout``, ``max_retries``, ``concurrency``, ...).
     """
     if spec is None or spec.lower() in {"", "none", "null"}:
         return None
     if spec.startswith("openai:"):
         rest = spec[len("openai:"):]
         model, _, url = rest.partition("@")
-        return OpenAICompatibleBackend(model=model, base_url=url or "http://localhost:8000/v1")
+        http_options = {k: v for k, v in kwargs.items() if k in OpenAICompatibleBackend.__dataclass_fields__
+                        and k not in ("model", "base_url", "name")}
+        return OpenAICompatibleBackend(model=model, base_url=url or "http://localhost:8000/v1", **http_options)
     if spec.startswith("transformers:"):
         spec = spec[len("transformers:"):]
     return TransformersBackend(model=spec, **kwargs)
