@@ -101,3 +101,39 @@ def test_parsers_are_robust_and_fail_clearly():
         P.parse_end("Voyager, Zep", PROVIDERS)
     with pytest.raises(ValueError, match="gate"):
         P.end_messages(make_trajectory(), {"X": FakeProvider("X", gate="sometimes")})
+
+
+# -- fake supervision records ------------------------------------------------------------------------
+GOALS = ["Put the apple in the fridge.", "Find the key and open the chest.", "Cook the egg on the stove.",
+         "Take the book to the bedroom."]
+
+
+def write_jsonl(path, records) -> str:
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+def fake_phase_files(tmp_path, n_tasks: int = 4) -> dict[str, str]:
+    """Begin/In/End records as the exploration helper writes them (TRL conversational prompt-completion)."""
+    begin, inn, end = [], [], []
+    names = list(PROVIDERS)
+    for i in range(n_tasks):
+        goal, tid = GOALS[i % len(GOALS)], f"task{i}"
+        previews = [Preview(n, 0.1 * (j + 1), f"memory {j} about {goal}", j) for j, n in enumerate(names)]
+        choice = [None, "Voyager", "AWM", "ExpeL"][i % 4]
+        begin.append({"prompt": P.begin_messages(goal, previews, PROVIDERS),
+                      "completion": [{"role": "assistant", "content": P.begin_completion(choice)}],
+                      "phase": "begin", "task_id": tid, "reward": 1.0})
+        for step in range(2):
+            query = (i + step) % 2 == 0
+            inn.append({"prompt": P.in_messages(goal, step, "Collected Data:\n- fact a\n- fact b" if query else ""),
+                        "completion": [{"role": "assistant", "content": P.in_completion(query)}],
+                        "phase": "in", "task_id": tid, "reward": 0.8})
+        traj = make_trajectory(n_steps=3, success=i % 2 == 0, task_id=tid)
+        end.append({"prompt": P.end_messages(traj, PROVIDERS),
+                    "completion": [{"role": "assistant", "content": P.end_completion(names[: i % 3])}],
+                    "phase": "end", "task_id": tid, "reward": 1.0})
+    return {ph: write_jsonl(tmp_path / f"{ph}.jsonl", recs) for ph, recs in (("begin", begin), ("in", inn), ("end", end))}

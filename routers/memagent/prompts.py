@@ -160,6 +160,41 @@ def end_provider_messages(end_prompt: Sequence[dict], name: str) -> list[dict]:
     return msgs
 
 
+def _user_text(messages: Sequence[dict]) -> str:
+    users = [m.get("content", "") for m in messages if isinstance(m, Mapping) and m.get("role") == "user"]
+    if not users or not isinstance(users[-1], str):
+        raise ValueError("prompt has no user message")
+    return users[-1]
+
+
+def begin_prompt_options(messages: Sequence[dict]) -> list[str]:
+    """Provider names offered by a rendered Begin prompt (its ``Options:`` line, without None)."""
+    for line in _user_text(messages).splitlines():
+        if line.startswith("Options: "):
+            return [n.strip() for n in line[len("Options: "):].split(",") if n.strip() and n.strip() != NONE]
+    raise ValueError("not a Begin prompt: no 'Options:' line")
+
+
+_END_PROVIDER_LINE = re.compile(r"^(\d+)\. (.+?): .* \[gate: [^\]]+\]$")
+
+
+def end_prompt_provider_names(messages: Sequence[dict]) -> list[str]:
+    """Provider names listed by a rendered End prompt (its "Providers" block), in order."""
+    text = _user_text(messages)
+    head = "Providers (storage, outcome gate):\n"
+    if head not in text:
+        raise ValueError("not an End prompt: no providers block")
+    names = []
+    for line in text.rsplit(head, 1)[1].splitlines():
+        m = _END_PROVIDER_LINE.match(line)
+        if not m:
+            break
+        names.append(m.group(2))
+    if not names:
+        raise ValueError("End prompt lists no providers")
+    return names
+
+
 def begin_completion(name: str | None) -> str:
     return NONE if name is None else str(name)
 

@@ -1,0 +1,320 @@
+"""The MemAgent router: Begin (which provider), In (inject short-term memory?), End (who stores).
+
+Decisions score the candidate completions with the causal LM instead of generating text, so even a
+small model always returns a valid option:
+
+* the candidates' token sequences are exactly what SFT trained on (TRL prompt-completion: chat template
+  with the generation prompt, then the assistant turn; the completion is everything after the common
+  prefix), and a candidate's score is the summed log-probability of its completion tokens;
+* the shared prompt prefix runs once (KV cache), then all candidate suffixes run in one batched
+  forward (split only when the copied cache would exceed ``max_batch_tokens`` rows x tokens).
+
+Begin: argmax over ``None`` + every provider. In: p(Query) = softmax over {Query, NoOp} >= ``in_threshold``.
+End: **per-provider yes/no** (one question per provider, the same End body, all in the same batched
+forward), store where p(yes) >= ``end_threshold``. Scoring all 2^13 subsets is infeasible and a greedy
+list decode needs 14 sequential passes; the per-provider form is one pass and matches how the SFT data
+expands each End record (``train.memagent`` turns a chosen subset into one yes/no sample per provider).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from routers.base import (CALIBRATION, ROUTER_CONFIG, ROUTER_SCHEMA_VERSION, atomic_directory, git_revision,
+                          library_versions, model_card_json_sections, register_router, write_json)
+from routers.memagent import prompts as P
+
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def chat_ids(tokenizer, messages: Sequence[dict], add_generation_prompt: bool = False) -> list[int]:
+    """Token ids of a chat exactly as TRL's SFTTrainer tokenizes it (``apply_chat_template``, no extra BOS)."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("the MemAgent router needs a tokenizer with a chat template")
+    out = tokenizer.apply_chat_template(list(messages), tokenize=True, return_dict=True,
+                                        add_generation_prompt=add_generation_prompt)
+    return list(out["input_ids"])
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def encode_candidates(tokenizer, prompt: Sequence[dict], completions: Sequence[str]) -> list[tuple[list[int], int]]:
+    """(prompt+completion ids, index where the completion starts) per completion, as in SFT training."""
+    prompt_ids = chat_ids(tokenizer, prompt, add_generation_prompt=True)
+    out = []
+    for c in completions:
+        full = chat_ids(tokenizer, [*prompt, {"role": "assistant", "content": c}])
+        start = common_prefix_length(prompt_ids, full)
+        if start >= len(full):
+            raise ValueError(f"completion {c!r} adds no tokens to the prompt")
+        out.append((full, start))
+    return out
+
+
+@torch.inference_mode()
+def sequence_log_probs(model, sequences: Sequence[Sequence[int]], starts: Sequence[int], pad_id: int,
+                       max_batch_tokens: int = 16384) -> torch.Tensor:
+    """sum_{j >= start} log p(x_j | x_<j) per sequence (float32), sharing the common prefix through the KV cache."""
+    if not sequences:
+        return torch.zeros(0)
+    lcp = len(sequences[0])
+    for s in sequences[1:]:
+        lcp = min(lcp, common_prefix_length(sequences[0], s))
+    shared = min(lcp, *starts)
+    if shared < 1:
+        raise ValueError("candidates share no prompt prefix")
+    device = next(model.parameters()).device
+    out = model(input_ids=torch.tensor([list(sequences[0][:shared])], device=device), use_cache=True,
+                logits_to_keep=1)
+    first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
+    cache = out.cache
+    scores = torch.zeros(len(sequences))
+    width_all = max(len(s) for s in sequences) - shared
+    chunk = max(1, max_batch_tokens // (shared + width_all))
+    for lo in range(0, len(sequences), chunk):
+        idx = list(range(lo, min(lo + chunk, len(sequences))))
+        sufs = [list(sequences[i][shared:]) for i in idx]
+        width = max(len(s) for s in sufs)
+        ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(idx), shared + width), dtype=torch.long)
+        mask[:, :shared] = 1
+        for r, s in enumerate(sufs):
+            ids[r, :len(s)] = torch.tensor(s, dtype=torch.long)
+            mask[r, shared:shared + len(s)] = 1
+        kv = copy.deepcopy(cache)
+        kv.batch_repeat_interleave(len(idx))
+        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), cache=kv,
+                       use_cache=True).logits
+        logp = torch.log_softmax(logits.float(), dim=-1).cpu()
+        for r, i in enumerate(idx):
+            seq, total = sequences[i], torch.zeros((), dtype=torch.float32)
+            for j in range(starts[i], len(seq)):
+                row = first if j == shared else logp[r, j - shared - 1]
+                total = total + row[seq[j]].cpu()
+            scores[i] = total
+    return scores
+
+
+@dataclass
+class MemAgentConfig:
+    in_threshold: float = 0.5
+    end_threshold: float = 0.5
+    max_input_tokens: int = 4096          # longer prompts fall back: Begin None, In NoOp, End store nothing
+    max_batch_tokens: int = 16384         # rows x tokens per candidate forward (bounds the copied KV cache)
+    end_mode: str = "per_provider"
+    provider_names: list[str] = field(default_factory=list)   # the pool the router was trained on (informative)
+    base_model: str | None = None
+    prompts: dict[str, str] = field(default_factory=lambda: {
+        "begin_system": P.BEGIN_SYSTEM, "begin_question": P.BEGIN_QUESTION, "in_system": P.IN_SYSTEM,
+        "in_question": P.IN_QUESTION, "end_system": P.END_SYSTEM, "end_provider_question": P.END_PROVIDER_QUESTION})
+    completions: dict[str, Any] = field(default_factory=lambda: {
+        "begin_none": P.NONE, "in": [P.QUERY, P.NOOP], "end": [P.YES, P.NO]})
+
+
+@register_router("memagent")
+class MemAgentRouter:
+    """``begin`` / ``inject`` / ``end`` return decisions; ``score_*`` return the tensors behind them.
+
+    Every decision appends ``{"phase", "seconds", "candidates", "prompt_tokens"}`` to ``timings``.
+    """
+
+    router_type = "memagent"
+
+    def __init__(self, model, tokenizer, config: MemAgentConfig | None = None, calibration: dict | None = None):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.config = config or MemAgentConfig()
+        self.calibration = calibration or {}
+        self.timings: list[dict] = []
+
+    @classmethod
+    def from_model(cls, model, tokenizer, **kwargs) -> "MemAgentRouter":
+        return cls(model, tokenizer, MemAgentConfig(**kwargs))
+
+    @classmethod
+    def from_base(cls, name_or_path: str, device: str | None = None, **kwargs) -> "MemAgentRouter":
+        """An untrained router straight from a causal LM (the zero-shot baseline)."""
+        from routers.models import default_device, load_causal_lm
+
+        model, tok = load_causal_lm(name_or_path, device=device or default_device())
+        return cls.from_model(model, tok, base_model=name_or_path, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, device: str | None = None, dtype=None) -> "MemAgentRouter":
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from routers.models import default_device, resolve_causal_lm
+
+        path = Path(path)
+        raw = json.loads((path / ROUTER_CONFIG).read_text())
+        if raw.get("router_type") != "memagent":
+            raise ValueError(f"{path}: router_type is {raw.get('router_type')!r}, expected 'memagent'")
+        cfg = MemAgentConfig(**{k: raw[k] for k in MemAgentConfig.__dataclass_fields__ if k in raw})
+        calibration = json.loads((path / CALIBRATION).read_text()) if (path / CALIBRATION).exists() else {}
+        for key in ("in_threshold", "end_threshold"):
+            if key in calibration:
+                setattr(cfg, key, float(calibration[key]))
+        dtype = dtype or torch.float32
+        if (path / ADAPTER_CONFIG).exists():
+            from peft import PeftModel
+
+            if not cfg.base_model:
+                raise ValueError(f"{path}: an adapter export needs base_model in {ROUTER_CONFIG}")
+            base = AutoModelForCausalLM.from_pretrained(resolve_causal_lm(cfg.base_model), dtype=dtype)
+            model = PeftModel.from_pretrained(base, str(path))
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        tok = AutoTokenizer.from_pretrained(path)
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        model.to(device or default_device())
+        return cls(model, tok, cfg, calibration)
+
+    # -- scoring -------------------------------------------------------------------------------------
+    def _pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return pad if pad is not None else (self.tokenizer.eos_token_id or 0)
+
+    def score_candidates(self, items: Sequence[tuple[Sequence[dict], Sequence[str]]], phase: str) -> torch.Tensor | None:
+        """Completion log-probabilities for every (prompt, completions) pair, flattened in order.
+
+        Returns None when a prompt exceeds ``max_input_tokens`` (the caller falls back).
+        """
+        t0 = time.perf_counter()
+        seqs, starts = [], []
+        for prompt, completions in items:
+            for ids, start in encode_candidates(self.tokenizer, prompt, completions):
+                seqs.append(ids)
+                starts.append(start)
+        longest = max(starts) if starts else 0
+        if longest > self.config.max_input_tokens:
+            scores = None
+        else:
+            scores = sequence_log_probs(self.model, seqs, starts, self._pad_id(), self.config.max_batch_tokens)
+        self.timings.append({"phase": phase, "seconds": time.perf_counter() - t0, "candidates": len(seqs),
+                             "prompt_tokens": longest, "over_budget": scores is None})
+        return scores
+
+    def score_begin(self, goal: str, previews, providers: Mapping[str, Any]) -> tuple[list[str | None], torch.Tensor | None]:
+        """Options (None first, then the pool order) and their completion log-probabilities."""
+        options: list[str | None] = [None, *providers]
+        prompt = P.begin_messages(goal, previews, providers)
+        scores = self.score_candidates([(prompt, [P.begin_completion(o) for o in options])], "begin")
+        return options, scores
+
+    def begin(self, goal: str, previews, providers: Mapping[str, Any]) -> str | None:
+        options, scores = self.score_begin(goal, previews, providers)
+        return None if scores is None else options[int(torch.argmax(scores))]
+
+    def score_inject(self, goal: str, step_index: int, state_summary: str) -> torch.Tensor | None:
+        """p(Query) over {Query, NoOp} (a 0-d tensor), or None over budget."""
+        prompt = P.in_messages(goal, step_index, state_summary)
+        scores = self.score_candidates([(prompt, [P.in_completion(True), P.in_completion(False)])], "in")
+        return None if scores is None else torch.softmax(scores, dim=0)[0]
+
+    def inject(self, goal: str, step_index: int, state_summary: str) -> bool:
+        p = self.score_inject(goal, step_index, state_summary)
+        return bool(p is not None and float(p) >= self.config.in_threshold)
+
+    def score_end(self, trajectory, providers: Mapping[str, Any]) -> torch.Tensor | None:
+        """p(yes) per provider (pool order), all providers' yes/no candidates in one batched forward."""
+        body = P.end_messages(trajectory, providers)
+        items = [(P.end_provider_messages(body, name), [P.YES, P.NO]) for name in providers]
+        scores = self.score_candidates(items, "end")
+        if scores is None:
+            return None
+        return torch.softmax(scores.view(len(items), 2), dim=-1)[:, 0]
+
+    def end(self, trajectory, providers: Mapping[str, Any]) -> list[str]:
+        p = self.score_end(trajectory, providers)
+        if p is None:
+            return []
+        return [name for name, s in zip(providers, p.tolist()) if s >= self.config.end_threshold]
+
+    # Router protocol (routers.base): score one phase's inputs, decide with a threshold.
+    def score(self, phase: str, **inputs):
+        if phase == "begin":
+            return self.score_begin(**inputs)[1]
+        if phase == "in":
+            return self.score_inject(**inputs)
+        if phase == "end":
+            return self.score_end(**inputs)
+        raise ValueError(f"unknown phase {phase!r}; expected begin, in or end")
+
+    def decide(self, scores, threshold: float | None = None, phase: str = "in", options: Sequence | None = None):
+        """Begin: the argmax option; In: bool; End: per-provider bools (``options`` names them)."""
+        if scores is None:
+            return None if phase == "begin" else (False if phase == "in" else [])
+        if phase == "begin":
+            return (options or [])[int(torch.argmax(scores))] if options else int(torch.argmax(scores))
+        tau = threshold if threshold is not None else (self.config.in_threshold if phase == "in" else self.config.end_threshold)
+        if phase == "in":
+            return bool(float(scores) >= tau)
+        keep = [float(s) >= tau for s in scores]
+        return [o for o, k in zip(options, keep) if k] if options else keep
+
+    # -- export --------------------------------------------------------------------------------------
+    def router_config(self) -> dict:
+        return {"schema_version": ROUTER_SCHEMA_VERSION, "router_type": self.router_type,
+                "labels": {"begin": [P.NONE, *self.config.provider_names], "in": [P.QUERY, P.NOOP],
+                           "end": [P.YES, P.NO]},
+                "decision": {"begin": "argmax summed completion log-prob", "in": "softmax(Query, NoOp) >= in_threshold",
+                             "end": "per provider softmax(yes, no) >= end_threshold"},
+                **asdict(self.config), "library_versions": library_versions(), "git_revision": git_revision()}
+
+    def save_pretrained(self, path: str | os.PathLike, model_card: str | None = None,
+                        calibration: dict | None = None) -> Path:
+        """Weights (merged model, or a LoRA adapter over ``base_model``), tokenizer, config, calibration, card."""
+        calibration = calibration if calibration is not None else (
+            self.calibration or {"in_threshold": self.config.in_threshold, "end_threshold": self.config.end_threshold})
+        if hasattr(self.model, "peft_config") and not self.config.base_model:
+            raise ValueError("saving a LoRA adapter needs config.base_model")
+        with atomic_directory(path) as tmp:
+            self.model.save_pretrained(tmp, safe_serialization=True)
+            self.tokenizer.save_pretrained(tmp)
+            write_json(tmp / ROUTER_CONFIG, self.router_config())
+            write_json(tmp / CALIBRATION, calibration)
+            (tmp / "README.md").write_text(model_card or default_model_card(self))
+        return Path(path)
+
+
+def default_model_card(router: MemAgentRouter, metrics: dict | None = None, training: dict | None = None) -> str:
+    cfg = router.config
+    adapter = hasattr(router.model, "peft_config")
+    lines = [
+        "---", "library_name: memroute", "tags: [memroute, memagent, memory-router]",
+        f"base_model: {cfg.base_model}", "---", "",
+        "# MemAgent memory router", "",
+        "Routes an agent's memory across heterogeneous providers (MemAgent): **Begin** picks the provider to",
+        "retrieve from (or none), **In** decides each step whether to inject the short-term summary, **End**",
+        "picks the providers that store the finished trajectory. Decisions score the candidate completions'",
+        "log-probabilities (no free generation). End is scored per provider (yes/no).", "",
+        "```python", "from routers.memagent.router import MemAgentRouter",
+        "router = MemAgentRouter.from_pretrained(\"path/to/this/dir\")",
+        "name = router.begin(goal, previews, providers)        # provider name or None",
+        "query = router.inject(goal, step_index, state_summary)  # True = inject",
+        "stores = router.end(trajectory, providers)             # list of provider names", "```", "",
+        f"- weights: {'LoRA adapter over ' + str(cfg.base_model) if adapter else 'merged full model'}",
+        f"- thresholds: in {cfg.in_threshold}, end {cfg.end_threshold}; input budget {cfg.max_input_tokens} tokens",
+        f"- provider pool at training: {', '.join(cfg.provider_names) or '(not recorded)'}",
+    ]
+    lines += model_card_json_sections(training, metrics)
+    lines += ["", "## Data and licenses", "",
+              "Trained on forced-exploration supervision (MemAgent, Wei et al.) from the user's own environment",
+              "runs (the built-in suite: TextWorld games). Base model license applies to the weights.", ""]
+    return "\n".join(lines)

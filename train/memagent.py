@@ -1,0 +1,284 @@
+"""SFT of the MemAgent router on Begin / In / End supervision, the three phases mixed in one run.
+
+    accelerate launch -m train.memagent configs/memagent_sft.yaml [--max_steps 50 ...]
+    memroute train memagent configs/memagent_sft.yaml
+
+Inputs are the forced-exploration files (``begin.jsonl``, ``in.jsonl``, ``end.jsonl``) in TRL's
+conversational prompt-completion format. TRL's SFTTrainer trains with a completion-only loss (the
+prompt tokens are labelled -100) and LoRA adapters. Each completion is parsed and rewritten in its
+canonical form, so the targets are exactly the candidates the router scores; every End record (a
+chosen subset) becomes one yes/no sample per provider listed in its prompt, the form the router
+decides End in (see ``routers.memagent.router``). Resumes from the last checkpoint in ``output_dir``
+and exports a router directory at the end.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trl import SFTConfig, SFTTrainer
+
+from data_synthesis.jsonl import atomic_write_json, read_jsonl
+from routers.memagent import prompts as P
+from routers.models import DEFAULT_CAUSAL_LM
+
+PHASES = ("begin", "in", "end")
+ROLES = {"system", "user", "assistant"}
+
+
+@dataclass
+class MemAgentSFTConfig(SFTConfig):
+    """trl.SFTConfig plus the model, LoRA, data-mixing and export options."""
+
+    model_name_or_path: str = field(default=DEFAULT_CAUSAL_LM, metadata={"help": "HF id, local path or 'smollm2'"})
+    begin_file: str | None = "outputs/memagent_data/begin.jsonl"
+    in_file: str | None = "outputs/memagent_data/in.jsonl"
+    end_file: str | None = "outputs/memagent_data/end.jsonl"
+    max_begin_samples: int | None = None
+    max_in_samples: int | None = None
+    max_end_samples: int | None = field(default=None, metadata={"help": "cap on End yes/no samples (after expansion)"})
+    min_reward: float | None = field(default=None, metadata={"help": "drop records whose 'reward' is below this"})
+    use_lora: bool = True
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    export_dir: str | None = field(default=None, metadata={"help": "export the router here after training"})
+    export_merged: bool = field(default=True, metadata={"help": "merge LoRA into the weights; false = adapter export"})
+    in_threshold: float = 0.5
+    end_threshold: float = 0.5
+    router_max_input_tokens: int = 4096
+    resume: str = field(default="auto", metadata={"help": "'auto' resumes from the last checkpoint in output_dir; 'never'"})
+    # Defaults for this trainer (override the SFTConfig ones).
+    output_dir: str = "outputs/memagent_router"
+    max_length: int | None = 2048
+    completion_only_loss: bool | None = True
+    shuffle_dataset: bool = True
+    logging_steps: int = 5
+    save_steps: int = 50
+    save_total_limit: int | None = 2
+    learning_rate: float = 2e-4
+    per_device_train_batch_size: int = 4
+
+
+def _check_messages(messages, what: str) -> None:
+    if not isinstance(messages, list) or not messages:
+        raise ValueError(f"{what} must be a non-empty list of messages")
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
+            raise ValueError(f"{what}: every message needs a role in {sorted(ROLES)} and string content, got {m!r}")
+
+
+def _decision(rec: dict, phase: str):
+    """Validate one record and parse its completion (the decision); errors become RecordError file:line."""
+    _check_messages(rec["prompt"], "prompt")
+    _check_messages(rec["completion"], "completion")
+    if rec["prompt"][-1]["role"] != "user":
+        raise ValueError("prompt must end with a user message")
+    if len(rec["completion"]) != 1 or rec["completion"][0]["role"] != "assistant":
+        raise ValueError("completion must be exactly one assistant message")
+    if rec.get("phase", phase) != phase:
+        raise ValueError(f"phase {rec.get('phase')!r} in the {phase} file")
+    if "reward" in rec and rec["reward"] is not None and not isinstance(rec["reward"], (int, float)):
+        raise ValueError(f"reward must be a number, got {rec['reward']!r}")
+    text = rec["completion"][0]["content"]
+    if phase == "begin":
+        return P.parse_begin(text, P.begin_prompt_options(rec["prompt"]))
+    if phase == "in":
+        return P.parse_in(text)
+    return P.parse_end(text, P.end_prompt_provider_names(rec["prompt"]))
+
+
+def _turn(content: str) -> list[dict]:
+    return [{"role": "assistant", "content": content}]
+
+
+def phase_rows(path: str, phase: str, min_reward: float | None = None) -> tuple[list[dict], dict]:
+    """Training rows (prompt, completion, phase) from one phase file, and counts of what was kept/dropped."""
+    rows, stats = [], Counter()
+    decisions: dict[int, object] = {}
+
+    def validate(rec):
+        decisions[id(rec)] = _decision(rec, phase)
+
+    for rec in read_jsonl(path, required=("prompt", "completion"), validate=validate):
+        decision = decisions.pop(id(rec))
+        stats["records"] += 1
+        if min_reward is not None and rec.get("reward") is not None and rec["reward"] < min_reward:
+            stats["below_min_reward"] += 1
+            continue
+        if phase == "begin":
+            rows.append({"prompt": rec["prompt"], "completion": _turn(P.begin_completion(decision)), "phase": phase})
+        elif phase == "in":
+            rows.append({"prompt": rec["prompt"], "completion": _turn(P.in_completion(decision)), "phase": phase})
+        else:
+            for name in P.end_prompt_provider_names(rec["prompt"]):
+                rows.append({"prompt": P.end_provider_messages(rec["prompt"], name),
+                             "completion": _turn(P.yes_no_completion(name in decision)), "phase": phase})
+    return rows, dict(stats)
+
+
+def build_rows(cfg: MemAgentSFTConfig, tokenizer) -> tuple[list[dict], dict]:
+    """Mix the phase files: validate, canonicalize, cap per phase, drop over-length samples, shuffle."""
+    from routers.memagent.router import chat_ids
+
+    files = {"begin": cfg.begin_file, "in": cfg.in_file, "end": cfg.end_file}
+    caps = {"begin": cfg.max_begin_samples, "in": cfg.max_in_samples, "end": cfg.max_end_samples}
+    rng = random.Random(cfg.seed)
+    mixed, summary = [], {}
+    for phase in PHASES:
+        if not files[phase]:
+            continue
+        if not Path(files[phase]).exists():
+            raise FileNotFoundError(f"{phase} file not found: {files[phase]}")
+        rows, stats = phase_rows(files[phase], phase, cfg.min_reward)
+        rng.shuffle(rows)
+        kept, too_long = [], 0
+        for row in rows:
+            if caps[phase] is not None and len(kept) >= caps[phase]:
+                break
+            n = len(chat_ids(tokenizer, [*row["prompt"], *row["completion"]]))
+            if cfg.max_length is not None and n > cfg.max_length:
+                too_long += 1
+                continue
+            kept.append(row)
+        labels = Counter(r["completion"][0]["content"] for r in kept)
+        summary[phase] = {**stats, "samples": len(kept), "skipped_too_long": too_long, "labels": dict(labels)}
+        mixed.extend(kept)
+    if not mixed:
+        raise ValueError(f"no usable training samples in {[f for f in files.values() if f]}")
+    rng.shuffle(mixed)
+    return mixed, summary
+
+
+def make_dataset(rows: list[dict]):
+    from datasets import Dataset
+
+    return Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
+
+
+def export_router(model, tokenizer, cfg: MemAgentSFTConfig, export_dir: str, training_info: dict | None = None,
+                  provider_names: list[str] | None = None):
+    """Merged weights (default) or the adapter over ``model_name_or_path``; written atomically."""
+    from routers.memagent.router import MemAgentRouter, default_model_card
+
+    if cfg.export_merged and hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    router = MemAgentRouter.from_model(model.float(), tokenizer, in_threshold=cfg.in_threshold,
+                                       end_threshold=cfg.end_threshold, max_input_tokens=cfg.router_max_input_tokens,
+                                       provider_names=list(provider_names or []), base_model=cfg.model_name_or_path)
+    router.save_pretrained(export_dir, model_card=default_model_card(router, training=training_info))
+    return router
+
+
+def pool_names(rows: list[dict]) -> list[str]:
+    """The provider pool the Begin prompts offered (first Begin row), for the exported config."""
+    for r in rows:
+        if r["phase"] == "begin":
+            return P.begin_prompt_options(r["prompt"])
+    return []
+
+
+def build_model(cfg: MemAgentSFTConfig):
+    """Base causal LM (+ LoRA adapters), seeded before the adapters are initialised."""
+    from transformers import set_seed
+
+    from routers.models import load_causal_lm
+
+    set_seed(cfg.seed)
+    model, tokenizer = load_causal_lm(cfg.model_name_or_path)
+    model.config.use_cache = False
+    if cfg.use_lora:
+        from peft import LoraConfig, get_peft_model
+
+        targets = "all-linear" if list(cfg.lora_target_modules) == ["all-linear"] else list(cfg.lora_target_modules)
+        model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                                                 target_modules=targets, task_type="CAUSAL_LM"))
+    return model, tokenizer
+
+
+def resolve_resume(cfg: MemAgentSFTConfig) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if cfg.resume_from_checkpoint:
+        return cfg.resume_from_checkpoint
+    if cfg.resume == "auto" and Path(cfg.output_dir).is_dir():
+        return get_last_checkpoint(cfg.output_dir)
+    return None
+
+
+def make_parser():
+    from train.config import make_arg_parser
+
+    return make_arg_parser([MemAgentSFTConfig], prog="memroute train memagent",
+                           description="SFT of the MemAgent Begin/In/End router (TRL, LoRA, completion-only loss).")
+
+
+def main(argv=None):
+    from train.config import parse_config, save_resolved_config
+
+    (cfg,) = parse_config(make_parser(), [MemAgentSFTConfig], argv)
+    model, tokenizer = build_model(cfg)
+    rows, per_phase = build_rows(cfg, tokenizer)
+    trainer = SFTTrainer(model=model, args=cfg, train_dataset=make_dataset(rows), processing_class=tokenizer)
+    resume = resolve_resume(cfg)
+    if trainer.is_world_process_zero():
+        save_resolved_config(cfg.output_dir, cfg)
+        counts = ", ".join(f"{k} {v['samples']} (of {v.get('records', 0)} records; {v['skipped_too_long']} too long)"
+                           for k, v in per_phase.items())
+        print(f"[memroute] memagent SFT samples: {counts}; total {len(rows)}; resume from {resume}", file=sys.stderr)
+    result = trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model(cfg.output_dir)
+    info = {"model": cfg.model_name_or_path, "files": {"begin": cfg.begin_file, "in": cfg.in_file, "end": cfg.end_file},
+            "phases": per_phase, "samples": len(rows), "steps": result.global_step,
+            "train_runtime_s": result.metrics.get("train_runtime"), "final_loss": result.training_loss,
+            "end_mode": "per_provider", "provider_names": pool_names(rows),
+            "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "targets": cfg.lora_target_modules} if cfg.use_lora else None}
+    if trainer.is_world_process_zero():
+        atomic_write_json(Path(cfg.output_dir) / "train_summary.json", {**info, "log_history": trainer.state.log_history})
+        if cfg.export_dir:
+            export_router(trainer.accelerator.unwrap_model(trainer.model), tokenizer, cfg, cfg.export_dir, info,
+                          provider_names=info["provider_names"])
+            print(f"[memroute] exported router to {cfg.export_dir}", file=sys.stderr)
+    return trainer, info
+
+
+@dataclass
+class MemAgentExportConfig:
+    checkpoint: str = field(default="outputs/memagent_router", metadata={"help": "output_dir or checkpoint-N"})
+    export_dir: str = "outputs/memagent_router/export"
+    base_model: str | None = field(default=None, metadata={"help": "base for a LoRA adapter; default from the checkpoint"})
+    in_threshold: float = 0.5
+    end_threshold: float = 0.5
+    max_input_tokens: int = 4096
+
+
+def export_main(argv=None):
+    """``memroute export memagent --checkpoint DIR --export_dir OUT``: merge a checkpoint into a router."""
+    import json
+
+    from routers.memagent.router import MemAgentRouter, default_model_card
+    from train.config import make_arg_parser, parse_config
+    from train.export import load_checkpoint
+
+    parser = make_arg_parser([MemAgentExportConfig], prog="memroute export memagent",
+                             description="Merge a MemAgent SFT checkpoint into a router directory.")
+    (cfg,) = parse_config(parser, [MemAgentExportConfig], argv)
+    model, tok, base = load_checkpoint(cfg.checkpoint, cfg.base_model)
+    summary = Path(cfg.checkpoint) / "train_summary.json"
+    training = ({k: v for k, v in json.loads(summary.read_text()).items() if k != "log_history"}
+                if summary.exists() else None)
+    router = MemAgentRouter.from_model(model.float(), tok, in_threshold=cfg.in_threshold, end_threshold=cfg.end_threshold,
+                                       max_input_tokens=cfg.max_input_tokens, base_model=base,
+                                       provider_names=list((training or {}).get("provider_names") or []))
+    router.save_pretrained(cfg.export_dir, model_card=default_model_card(router, training=training))
+    print(f"[memroute] exported {cfg.checkpoint} -> {cfg.export_dir}", file=sys.stderr)
+    return router
+
+
+if __name__ == "__main__":
+    main()
