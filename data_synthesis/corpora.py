@@ -5,6 +5,8 @@
   ``"D30:05"`` -> ``"D30:5"``); adversarial questions (category 5) are excluded by default.
 * HotpotQA (Yang et al., 2018; CC BY-SA 4.0): one episode per question, one step per context
   sentence; supporting facts are the evidence.
+* TextWorld (MIT, Microsoft): trajectories of generated cooking games with evidence-exact QA, written by
+  ``memroute synth textworld`` (:mod:`data_synthesis.textworld_corpus`); one episode per game.
 """
 
 from __future__ import annotations
@@ -160,4 +162,11 @@ def load_corpus(name: str, path: str | None = None, **kwargs) -> list[Episode]:
         if not path:
             raise ValueError("hotpotqa needs a path, e.g. ../shared/data/hotpotqa/hotpotqa_train100.json")
         return load_hotpotqa(path, **kwargs)
-    raise ValueError(f"unknown corpus {name!r}; choose 'locomo' or 'hotpotqa'")
+    if name == "textworld":
+        from data_synthesis.textworld_corpus import load_textworld
+
+        if not path:
+            raise ValueError("textworld needs a path: the output_dir of `memroute synth textworld` "
+                             "(e.g. outputs/textworld) or its episodes.jsonl")
+        return load_textworld(path, **kwargs)
+    raise ValueError(f"unknown corpus {name!r}; choose 'locomo', 'hotpotqa' or 'textworld'")

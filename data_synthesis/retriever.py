@@ -14,8 +14,10 @@ For each question q over an episode (split by episode/conversation, never by que
   negatives either (default 0: adjacent turns are the hardest, most useful negatives).
 
 Sources: LoCoMo (held-out conversations ``eval_episodes``, default conv-26 and conv-30 as in the
-sufficiency quickstart) and the HotpotQA subset (supporting sentences are the evidence; one episode
-per question; ``hotpotqa_eval_fraction`` of them held out, default none).
+sufficiency quickstart), the HotpotQA subset (supporting sentences are the evidence; one episode
+per question; ``hotpotqa_eval_fraction`` of them held out, default none) and TextWorld trajectories
+written by ``memroute synth textworld`` (``textworld_path``; ``textworld_eval_fraction`` of the games
+held out).
 
 Output (``output_dir``): ``train.jsonl`` / ``eval.jsonl`` with one record per question::
 
@@ -42,6 +44,7 @@ import numpy as np
 from data_synthesis.corpora import load_hotpotqa, load_locomo, sample_qa, split_episodes
 from data_synthesis.jsonl import ResumableJsonlWriter, atomic_write_json, read_jsonl
 from data_synthesis.sufficiency import _rng, leaks_answer
+from data_synthesis.textworld_corpus import load_textworld
 from routers.memory.retrieval import HybridRetriever, render_context
 from routers.memory.schema import QA, Episode, LoadStats, Step
 from routers.models import DEFAULT_ENCODER
@@ -58,12 +61,15 @@ class RetrieverSynthConfig:
 
     output_dir: str = "outputs/retriever_data"
     corpora: list[str] = field(default_factory=lambda: ["locomo", "hotpotqa"],
-                               metadata={"help": "any of: locomo, hotpotqa"})
+                               metadata={"help": "any of: locomo, hotpotqa, textworld"})
     locomo_path: str | None = field(default=None, metadata={"help": "defaults to the LoCoMo file shipped in the package"})
     hotpotqa_path: str = field(default=DEFAULT_HOTPOTQA, metadata={"help": "HotpotQA subset (JSON list)"})
     eval_episodes: list[str] = field(default_factory=lambda: ["conv-26", "conv-30"],
                                      metadata={"help": "held-out LoCoMo conversations"})
     hotpotqa_eval_fraction: float = field(default=0.0, metadata={"help": "share of HotpotQA episodes held out"})
+    textworld_path: str = field(default="outputs/textworld",
+                                metadata={"help": "output_dir of `memroute synth textworld` (or its episodes.jsonl)"})
+    textworld_eval_fraction: float = field(default=0.2, metadata={"help": "share of TextWorld games held out"})
     split_seed: int = 0
     seed: int = 0
     max_qa_per_episode: int | None = field(default=None, metadata={"help": "cap per episode (both splits)"})
@@ -245,9 +251,9 @@ class RetrieverSynthesizer:
     def load(self, load_stats: dict[str, LoadStats]) -> tuple[list[Episode], list[Episode]]:
         cfg = self.cfg
         train, held = [], []
-        unknown = [c for c in cfg.corpora if c not in ("locomo", "hotpotqa")]
+        unknown = [c for c in cfg.corpora if c not in ("locomo", "hotpotqa", "textworld")]
         if unknown or not cfg.corpora:
-            raise ValueError(f"corpora: unknown {unknown}; choose from ['locomo', 'hotpotqa']")
+            raise ValueError(f"corpora: unknown {unknown}; choose from ['locomo', 'hotpotqa', 'textworld']")
         if "locomo" in cfg.corpora:
             st = load_stats.setdefault("locomo", LoadStats())
             eps = load_locomo(cfg.locomo_path, stats=st)
@@ -264,6 +270,15 @@ class RetrieverSynthesizer:
             eps = load_hotpotqa(cfg.hotpotqa_path, stats=st)
             if cfg.hotpotqa_eval_fraction > 0:
                 tr, ev = split_episodes(eps, cfg.hotpotqa_eval_fraction, cfg.split_seed)
+            else:
+                tr, ev = eps, []
+            train += tr
+            held += ev
+        if "textworld" in cfg.corpora:
+            st = load_stats.setdefault("textworld", LoadStats())
+            eps = load_textworld(cfg.textworld_path, stats=st)
+            if cfg.textworld_eval_fraction > 0:
+                tr, ev = split_episodes(eps, cfg.textworld_eval_fraction, cfg.split_seed)
             else:
                 tr, ev = eps, []
             train += tr
@@ -355,7 +370,7 @@ def make_parser():
     from train.config import make_arg_parser
 
     return make_arg_parser([RetrieverSynthConfig], prog="memroute synth retriever",
-                           description="Multi-positive contrastive pairs from evidence labels (LoCoMo, HotpotQA).")
+                           description="Multi-positive contrastive pairs from evidence labels (LoCoMo, HotpotQA, TextWorld).")
 
 
 def main(argv=None) -> dict:

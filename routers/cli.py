@@ -11,7 +11,8 @@ import sys
 
 # command -> target -> "module:function"
 JOBS = {
-    "synth": {"sufficiency": "data_synthesis.sufficiency:main", "retriever": "data_synthesis.retriever:main"},
+    "synth": {"sufficiency": "data_synthesis.sufficiency:main", "retriever": "data_synthesis.retriever:main",
+              "textworld": "data_synthesis.textworld_corpus:main"},
     "train": {"sufficiency": "train.sufficiency:main", "retriever": "train.retriever:main"},
     "export": {"sufficiency": "train.export:main", "retriever": "train.retriever:export_main"},
     "eval": {"sufficiency": "eval.sufficiency:main", "retrieval": "eval.retrieval:main",
@@ -27,7 +28,8 @@ USAGE = """usage: memroute <command> [target] [options]
 
 commands:
   synth sufficiency      evidence-intervention samples from LoCoMo / HotpotQA
-  synth retriever        multi-positive contrastive pairs from evidence labels (LoCoMo / HotpotQA)
+  synth retriever        multi-positive contrastive pairs from evidence labels (LoCoMo / HotpotQA / TextWorld)
+  synth textworld        TextWorld cooking games played with noise -> trajectory QA with exact evidence steps
   train sufficiency      LoRA + grouped-token loss + distillation (or: accelerate launch -m train.sufficiency)
   train retriever        multi-positive InfoNCE on MiniLM (or: accelerate launch -m train.retriever)
   export sufficiency     merge a training checkpoint into a router directory
