@@ -13,10 +13,12 @@ import sys
 JOBS = {
     "synth": {"sufficiency": "data_synthesis.sufficiency:main", "retriever": "data_synthesis.retriever:main",
               "textworld": "data_synthesis.textworld_corpus:main"},
-    "train": {"sufficiency": "train.sufficiency:main", "retriever": "train.retriever:main"},
-    "export": {"sufficiency": "train.export:main", "retriever": "train.retriever:export_main"},
+    "train": {"sufficiency": "train.sufficiency:main", "retriever": "train.retriever:main",
+              "memagent": "train.memagent:main"},
+    "export": {"sufficiency": "train.export:main", "retriever": "train.retriever:export_main",
+               "memagent": "train.memagent:export_main"},
     "eval": {"sufficiency": "eval.sufficiency:main", "retrieval": "eval.retrieval:main",
-             "progressive": "eval.progressive:main"},
+             "progressive": "eval.progressive:main", "memagent": "eval.memagent:main"},
 }
 SINGLE = {
     "calibrate": "eval.sufficiency:calibrate_main",
@@ -32,8 +34,11 @@ commands:
   synth textworld        TextWorld cooking games played with noise -> trajectory QA with exact evidence steps
   train sufficiency      LoRA + grouped-token loss + distillation (or: accelerate launch -m train.sufficiency)
   train retriever        multi-positive InfoNCE on MiniLM (or: accelerate launch -m train.retriever)
+  train memagent         SFT of the MemAgent Begin/In/End router (or: accelerate launch -m train.memagent)
   export sufficiency     merge a training checkpoint into a router directory
   export retriever       a retriever checkpoint as a RetrieverRouter directory
+  export memagent        merge a MemAgent SFT checkpoint into a router directory
+  eval memagent          routed agent vs no memory / single providers / random / oracle on held-out tasks
   eval sufficiency       AUROC/AP/ECE/Brier + tau sweep, base vs trained, calibration, plots
   eval retrieval         Recall@k/MRR/nDCG of evidence: BM25, base vs trained encoder, hybrid prefix
   eval progressive       Router-Mem fast/slow execution: tau sweep, endpoints, RAG, long context, T_mem/T_e2e

@@ -211,6 +211,14 @@ def resolve_resume(cfg: MemAgentSFTConfig) -> str | None:
     return None
 
 
+def build_trainer(cfg: MemAgentSFTConfig):
+    """(SFTTrainer, mixed rows, per-phase counts): model + LoRA, data, TRL's tokenization and label masks."""
+    model, tokenizer = build_model(cfg)
+    rows, per_phase = build_rows(cfg, tokenizer)
+    trainer = SFTTrainer(model=model, args=cfg, train_dataset=make_dataset(rows), processing_class=tokenizer)
+    return trainer, rows, per_phase
+
+
 def make_parser():
     from train.config import make_arg_parser
 
@@ -222,9 +230,8 @@ def main(argv=None):
     from train.config import parse_config, save_resolved_config
 
     (cfg,) = parse_config(make_parser(), [MemAgentSFTConfig], argv)
-    model, tokenizer = build_model(cfg)
-    rows, per_phase = build_rows(cfg, tokenizer)
-    trainer = SFTTrainer(model=model, args=cfg, train_dataset=make_dataset(rows), processing_class=tokenizer)
+    trainer, rows, per_phase = build_trainer(cfg)
+    tokenizer = trainer.processing_class
     resume = resolve_resume(cfg)
     if trainer.is_world_process_zero():
         save_resolved_config(cfg.output_dir, cfg)
