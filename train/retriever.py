@@ -40,10 +40,11 @@ from typing import Any
 import torch
 from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 from sentence_transformers.sentence_transformer.data_collator import SentenceTransformerDataCollator
-from transformers.trainer_utils import get_last_checkpoint
 
 from data_synthesis.jsonl import atomic_write_json
 from routers.models import DEFAULT_ENCODER
+from train.checkpoints import last_complete_checkpoint
+from train.distributed import check_world_size, cpu_ddp_defaults
 from train.retriever_losses import IGNORE, POSITIVE, MultiPositiveInfoNCELoss, pack_labels
 
 DATA_COLUMNS = ("query", "positives", "negatives", "positive_kinds")
@@ -187,7 +188,7 @@ class RetrieverTrainer(SentenceTransformerTrainer):
                                      positives_per_query=getattr(args, "positives_per_query", 2),
                                      negatives_per_query=getattr(args, "negatives_per_query", 4),
                                      candidate_chunk_size=getattr(args, "candidate_chunk_size", 32),
-                                     seed=args.seed)
+                                     seed=args.seed + args.process_index)  # ranks sample independently
 
 
 def load_model(name_or_path: str, max_seq_length: int | None = None, device: str | None = None):
@@ -223,7 +224,7 @@ def resolve_resume(cfg: RetrieverTrainingConfig) -> str | None:
     if cfg.resume_from_checkpoint:
         return cfg.resume_from_checkpoint
     if cfg.resume == "auto" and os.path.isdir(cfg.output_dir):
-        return get_last_checkpoint(cfg.output_dir)
+        return last_complete_checkpoint(cfg.output_dir)
     if cfg.resume not in ("auto", "never"):
         raise ValueError(f"resume must be 'auto' or 'never', got {cfg.resume!r}")
     return None
@@ -254,12 +255,15 @@ def main(argv=None):
 
     from train.config import parse_config, save_resolved_config
 
-    (cfg,) = parse_config(make_parser(), [RetrieverTrainingConfig], argv)
+    parser = make_parser()
+    cpu_ddp_defaults(parser)
+    (cfg,) = parse_config(parser, [RetrieverTrainingConfig], argv)
     set_seed(cfg.seed)
     resume = resolve_resume(cfg)
     model = load_model(cfg.model_name_or_path, cfg.max_seq_length)
     dataset = build_dataset(cfg)
     trainer = RetrieverTrainer(model=model, args=cfg, train_dataset=dataset, loss=make_loss(model, cfg))
+    check_world_size(trainer.args)
     if trainer.is_world_process_zero():
         save_resolved_config(cfg.output_dir, cfg)
         print(f"[memroute] {len(dataset)} training queries from {cfg.train_file}; batch "

@@ -19,12 +19,13 @@ from pathlib import Path
 
 import torch
 from transformers import Trainer, TrainingArguments
-from transformers.trainer_utils import get_last_checkpoint
 
 from data_synthesis.jsonl import atomic_write_json, read_jsonl
 from routers.models import DEFAULT_CAUSAL_LM
 from routers.sufficiency import (NO_WORDS, YES_WORDS, build_prompt, last_token_logits, left_pad,
                                  verbalizer_ids)
+from train.checkpoints import last_complete_checkpoint
+from train.distributed import check_world_size, cpu_ddp_defaults, resolve_attn_implementation
 from train.losses import GroupedTokenLoss, RepresentationDistillationLoss
 
 SAMPLE_FIELDS = ("id", "question", "context", "label")
@@ -52,6 +53,9 @@ class SufficiencyTrainingConfig(TrainingArguments):
     export_dir: str | None = field(default=None, metadata={"help": "export the merged router here after training"})
     threshold: float = 0.5
     router_max_input_tokens: int = 1024
+    attn_implementation: str | None = field(default="auto", metadata={
+        "help": "'auto': flash_attention_2 on CUDA when flash-attn is installed, else the transformers default "
+                "(sdpa); or sdpa / eager / flash_attention_2"})
     resume: str = field(default="auto", metadata={"help": "'auto' resumes from the last checkpoint in output_dir; 'never'"})
     # Sensible defaults for this trainer (override the TrainingArguments ones).
     output_dir: str = "outputs/sufficiency_router"
@@ -113,7 +117,16 @@ class SufficiencyCollator:
 
 
 class SufficiencyTrainer(Trainer):
-    """Trainer whose loss is L_cls + lambda_rep * s_0 * L_rep, with both parts logged."""
+    """Trainer whose loss is L_cls + lambda_rep * s_0 * L_rep, with both parts logged.
+
+    Distributed runs match one process with gradient accumulation: the loss is a per-batch mean (so
+    the Trainer divides it by the accumulation steps), s_0 comes from rank 0's first batch (one process
+    takes it from its first micro-batch), and the logged parts are averaged over ranks.
+    """
+
+    # compute_loss returns a per-batch mean and ignores num_items_in_batch: without this the Trainer
+    # (seeing "labels" and a model taking **kwargs) skips the 1/accumulation scaling and doubles the loss at GA=2.
+    loss_is_scaled_for_ga = False
 
     def __init__(self, *args, yes_ids, no_ids, lambda_rep: float, rep_layer: int, s0: float | None,
                  teacher_model=None, cache_teacher_states: bool = True, **kwargs):
@@ -158,7 +171,12 @@ class SufficiencyTrainer(Trainer):
             if self.s0 is None:
                 # s_0 matches the two terms on the first batch; the floor keeps it finite when the
                 # student starts almost equal to the teacher (then L_rep ~ 0).
-                self.s0 = float(l_cls.detach() / l_rep.detach().clamp(min=1e-2))
+                s0 = (l_cls.detach() / l_rep.detach().clamp(min=1e-2)).float().reshape(1)
+                if self.accelerator.num_processes > 1:  # one s_0 for all ranks: rank 0's first batch
+                    from accelerate.utils import broadcast
+
+                    s0 = broadcast(s0.contiguous(), from_process=0)
+                self.s0 = float(s0)
                 self._save_s0()
             loss = l_cls + self.lambda_rep * self.s0 * l_rep
             self._parts["loss_rep"].append(float(l_rep.detach()))
@@ -172,7 +190,11 @@ class SufficiencyTrainer(Trainer):
     def log(self, logs: dict, *args, **kwargs):
         for name, vals in self._parts.items():
             if vals and "loss" in logs:
-                logs[name] = round(sum(vals) / len(vals), 6)
+                mean = sum(vals) / len(vals)
+                if self.accelerator.num_processes > 1:  # every rank logs (collectively): average over ranks
+                    device = self.accelerator.device
+                    mean = float(self.accelerator.reduce(torch.tensor([mean], device=device), reduction="mean"))
+                logs[name] = round(mean, 6)
                 vals.clear()
         if self.s0 is not None and "loss" in logs:
             logs["s0"] = round(self.s0, 6)
@@ -198,6 +220,9 @@ def build_model(cfg: SufficiencyTrainingConfig):
     set_seed(cfg.seed)
     model, tokenizer = load_causal_lm(cfg.model_name_or_path)
     model.config.use_cache = False
+    attn = resolve_attn_implementation(cfg.attn_implementation)
+    if attn:
+        model.set_attn_implementation(attn)
     if cfg.use_lora:
         from peft import LoraConfig, get_peft_model
 
@@ -211,7 +236,7 @@ def resolve_resume(cfg: SufficiencyTrainingConfig) -> str | None:
     if cfg.resume_from_checkpoint:
         return cfg.resume_from_checkpoint
     if cfg.resume == "auto" and os.path.isdir(cfg.output_dir):
-        return get_last_checkpoint(cfg.output_dir)
+        return last_complete_checkpoint(cfg.output_dir)
     return None
 
 
@@ -238,7 +263,9 @@ def make_parser():
 def main(argv=None):
     from train.config import parse_config, save_resolved_config
 
-    (cfg,) = parse_config(make_parser(), [SufficiencyTrainingConfig], argv)
+    parser = make_parser()
+    cpu_ddp_defaults(parser)
+    (cfg,) = parse_config(parser, [SufficiencyTrainingConfig], argv)
     model, tokenizer = build_model(cfg)
     yes_ids, no_ids = verbalizer_ids(tokenizer, YES_WORDS), verbalizer_ids(tokenizer, NO_WORDS)
     teacher = None
@@ -259,6 +286,7 @@ def main(argv=None):
                                  data_collator=SufficiencyCollator(tokenizer.pad_token_id), processing_class=tokenizer,
                                  yes_ids=yes_ids, no_ids=no_ids, lambda_rep=cfg.lambda_rep, rep_layer=rep_layer, s0=s0,
                                  teacher_model=teacher, cache_teacher_states=cfg.cache_teacher_states)
+    check_world_size(trainer.args)
     if teacher is not None:
         teacher.to(trainer.args.device)
     if trainer.is_world_process_zero():
@@ -270,7 +298,8 @@ def main(argv=None):
     info = {"model": cfg.model_name_or_path, "train_file": cfg.train_file, "samples": len(dataset),
             "skipped_too_long": dataset.skipped_too_long, "steps": result.global_step,
             "train_runtime_s": result.metrics.get("train_runtime"), "final_loss": result.training_loss,
-            "lambda_rep": cfg.lambda_rep, "s0": trainer.s0, "rep_layer": rep_layer,
+            "lambda_rep": cfg.lambda_rep, "s0": trainer.s0, "rep_layer": rep_layer, "world_size": trainer.args.world_size,
+            "resumed_from": resume,
             "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "targets": cfg.lora_target_modules} if cfg.use_lora else None}
     if trainer.is_world_process_zero():
         atomic_write_json(Path(cfg.output_dir) / "train_summary.json", {**info, "log_history": trainer.state.log_history})

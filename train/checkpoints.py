@@ -1,0 +1,45 @@
+"""Pick the checkpoint to resume from: the newest one that was written completely.
+
+``Trainer._save_checkpoint`` writes weights, optimizer, scheduler and RNG states first and
+``trainer_state.json`` last, and none of it atomically. A run killed while saving leaves a
+``checkpoint-N`` directory without (or with a truncated) ``trainer_state.json``; resuming from it
+crashes deep inside ``Trainer.train``. :func:`last_complete_checkpoint` skips such directories.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+TRAINER_STATE = "trainer_state.json"
+
+
+def checkpoint_is_complete(path: str | os.PathLike) -> bool:
+    """True when ``trainer_state.json`` (written last) parses and names this checkpoint's step."""
+    path = Path(path)
+    m = _CHECKPOINT.match(path.name)
+    try:
+        state = json.loads((path / TRAINER_STATE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(state, dict) and (m is None or state.get("global_step") == int(m.group(1)))
+
+
+def last_complete_checkpoint(output_dir: str | os.PathLike, warn: bool = True) -> str | None:
+    """The highest-step complete ``checkpoint-N`` under ``output_dir`` (None when there is none)."""
+    root = Path(output_dir)
+    if not root.is_dir():
+        return None
+    found = sorted(((int(m.group(1)), p) for p in root.iterdir()
+                    if p.is_dir() and (m := _CHECKPOINT.match(p.name))), reverse=True)
+    for _, path in found:
+        if checkpoint_is_complete(path):
+            return str(path)
+        if warn:
+            print(f"[memroute] skipping incomplete checkpoint {path} (no valid {TRAINER_STATE}: "
+                  "the run was killed while saving it)", file=sys.stderr)
+    return None
