@@ -137,3 +137,225 @@ def fake_phase_files(tmp_path, n_tasks: int = 4) -> dict[str, str]:
                     "completion": [{"role": "assistant", "content": P.end_completion(names[: i % 3])}],
                     "phase": "end", "task_id": tid, "reward": 1.0})
     return {ph: write_jsonl(tmp_path / f"{ph}.jsonl", recs) for ph, recs in (("begin", begin), ("in", inn), ("end", end))}
+
+
+# -- SFT data, completion-only mask, training ------------------------------------------------------------
+def sft_args(model_dir, files, out, *extra) -> list[str]:
+    return ["--model_name_or_path", model_dir, "--begin_file", files["begin"], "--in_file", files["in"],
+            "--end_file", files["end"], "--output_dir", str(out), "--use_cpu", "true", "--seed", "0", *extra]
+
+
+def test_phase_rows_canonicalize_and_expand_end(tmp_path):
+    from train.memagent import phase_rows
+
+    files = fake_phase_files(tmp_path)
+    begin, stats = phase_rows(files["begin"], "begin")
+    assert stats == {"records": 4}
+    assert [r["completion"][0]["content"] for r in begin] == ["None", "Voyager", "AWM", "ExpeL"]
+    end, _ = phase_rows(files["end"], "end")
+    assert len(end) == 4 * len(PROVIDERS)
+    # task1 chose ["Voyager"], task2 ["Voyager", "ExpeL"]: one yes/no row per provider, pool order
+    answers = [r["completion"][0]["content"] for r in end]
+    assert answers == ["no"] * 5 + ["yes", "no", "no", "no", "no"] + ["yes", "yes", "no", "no", "no"] + ["no"] * 5
+    assert end[6]["prompt"][-1]["content"].endswith("Should ExpeL store this trajectory? Answer yes or no.")
+    # a non-canonical completion is rewritten to the exact candidate the router scores
+    import json
+
+    rec = json.loads(open(files["begin"]).readline())
+    rec["completion"][0]["content"] = "Provider: voyager."
+    path = write_jsonl(tmp_path / "b2.jsonl", [rec])
+    assert phase_rows(path, "begin")[0][0]["completion"][0]["content"] == "Voyager"
+    kept, stats = phase_rows(files["in"], "in", min_reward=0.9)
+    assert kept == [] and stats == {"records": 8, "below_min_reward": 8}
+
+
+def test_completion_only_mask_is_exact(tiny_llama_dir, smollm2_tokenizer, tmp_path, one_torch_thread):
+    import torch
+
+    from routers.memagent.router import chat_ids
+    from train.config import parse_config
+    from train.memagent import MemAgentSFTConfig, build_trainer, make_parser
+
+    files = fake_phase_files(tmp_path)
+    (cfg,) = parse_config(make_parser(), [MemAgentSFTConfig],
+                          sft_args(tiny_llama_dir, files, tmp_path / "out", "--shuffle_dataset", "false"))
+    trainer, rows, per_phase = build_trainer(cfg)
+    assert {k: v["samples"] for k, v in per_phase.items()} == {"begin": 4, "in": 8, "end": 20}
+    ds = trainer.train_dataset
+    picks = [next(i for i, r in enumerate(rows) if r["phase"] == ph) for ph in ("begin", "in", "end")]
+    batch = trainer.data_collator([ds[i] for i in picks])
+    width = batch["labels"].shape[1]
+    expected = torch.full((3, width), -100, dtype=torch.long)
+    for r, i in enumerate(picks):
+        prompt = chat_ids(smollm2_tokenizer, rows[i]["prompt"], add_generation_prompt=True)
+        full = chat_ids(smollm2_tokenizer, rows[i]["prompt"] + rows[i]["completion"])
+        assert full[:len(prompt)] == prompt
+        expected[r, len(prompt):len(full)] = torch.tensor(full[len(prompt):])
+        assert torch.equal(batch["input_ids"][r, :len(full)], torch.tensor(full))
+        tail = smollm2_tokenizer.decode(full[len(prompt):])
+        assert tail == rows[i]["completion"][0]["content"] + "<|im_end|>\n"
+    assert torch.equal(batch["labels"], expected)
+    assert int((batch["labels"] != -100).sum()) == sum(
+        len(chat_ids(smollm2_tokenizer, rows[i]["prompt"] + rows[i]["completion"]))
+        - len(chat_ids(smollm2_tokenizer, rows[i]["prompt"], add_generation_prompt=True)) for i in picks)
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_llama_dir, tmp_path_factory):
+    """One short SFT run (LoRA, all three phases) with export; shared by the tests below."""
+    from transformers import AutoModelForCausalLM
+
+    from train.memagent import main
+
+    root = tmp_path_factory.mktemp("memagent-sft")
+    files = fake_phase_files(root / "data")
+    out = root / "run"
+    trainer, info = main(sft_args(tiny_llama_dir, files, out, "--max_steps", "8", "--learning_rate", "1e-2",
+                                  "--logging_steps", "1", "--save_steps", "4", "--per_device_train_batch_size", "4",
+                                  "--lora_target_modules", "all-linear", "--export_dir", str(out / "export")))
+    return {"trainer": trainer, "info": info, "out": out, "files": files,
+            "loss_before": dataset_loss(AutoModelForCausalLM.from_pretrained(tiny_llama_dir), trainer),
+            "loss_after": dataset_loss(trainer.model, trainer)}
+
+
+def dataset_loss(model, trainer) -> float:
+    """Mean completion-token loss over the whole training set (one collated batch)."""
+    import torch
+
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(trainer.train_dataset))])
+    with torch.inference_mode():
+        return float(model.eval()(**{k: v for k, v in batch.items()}).loss)
+
+
+def test_sft_lowers_loss_and_changes_lora_weights(trained, tiny_llama_dir):
+    import json
+
+    from safetensors.torch import load_file
+
+    info = trained["info"]
+    assert info["steps"] == 8 and info["samples"] == 32
+    assert info["phases"]["end"]["labels"] == {"yes": 3, "no": 17}
+    assert info["provider_names"] == list(PROVIDERS)
+    losses = [h["loss"] for h in trained["trainer"].state.log_history if "loss" in h]
+    assert len(losses) == 8 and losses[-1] < losses[0]
+    assert trained["loss_after"] < trained["loss_before"] - 0.3  # same 32 samples, completion tokens only
+    lora = load_file(str(trained["out"] / "adapter_model.safetensors"))
+    b = [v for k, v in lora.items() if "lora_B" in k]
+    assert b and all(v.abs().sum() > 0 for v in b)  # B starts at zero: every adapter was trained
+    summary = json.loads((trained["out"] / "train_summary.json").read_text())
+    assert summary["phases"]["begin"]["labels"] == {"None": 1, "Voyager": 1, "AWM": 1, "ExpeL": 1}
+    assert (trained["out"] / "checkpoint-8").is_dir() and (trained["out"] / "resolved_config.yaml").exists()
+
+
+def test_sft_resumes_from_last_checkpoint(trained, tiny_llama_dir):
+    from train.memagent import main
+
+    trainer, info = main(sft_args(tiny_llama_dir, trained["files"], trained["out"], "--max_steps", "8",
+                                  "--learning_rate", "1e-2", "--save_steps", "4", "--per_device_train_batch_size", "4",
+                                  "--lora_target_modules", "all-linear"))
+    assert info["steps"] == 8 and trainer.state.global_step == 8  # nothing left to train
+
+
+# -- router ------------------------------------------------------------------------------------------
+def test_cached_scores_match_full_forward(tiny_llama_dir, one_torch_thread):
+    import torch
+
+    from routers.memagent.router import MemAgentRouter, encode_candidates
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_llama_dir)
+    router = MemAgentRouter.from_model(model, tok, max_batch_tokens=600)  # forces several candidate chunks
+    options, scores = router.score_begin(GOALS[0], [Preview("AWM", 0.5, "open fridge", 2)], PROVIDERS)
+    assert options == [None, *PROVIDERS] and scores.shape == (6,)
+    prompt = P.begin_messages(GOALS[0], [Preview("AWM", 0.5, "open fridge", 2)], PROVIDERS)
+    with torch.inference_mode():
+        for (ids, start), s in zip(encode_candidates(tok, prompt, [P.begin_completion(o) for o in options]), scores):
+            logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), dim=-1)
+            ref = sum(float(logp[j - 1, ids[j]]) for j in range(start, len(ids)))
+            assert abs(float(s) - ref) < 1e-4
+    assert router.begin(GOALS[0], [], PROVIDERS) == options[int(torch.argmax(router.score_begin(GOALS[0], [], PROVIDERS)[1]))]
+    assert [t["phase"] for t in router.timings] == ["begin", "begin", "begin"]
+    assert router.timings[0]["candidates"] == 6 and router.timings[0]["seconds"] > 0
+
+
+def test_decisions_thresholds_and_budget(tiny_llama_dir, one_torch_thread):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from routers.memagent.router import MemAgentRouter
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_llama_dir)
+    router = MemAgentRouter.from_model(model, tok)
+    traj = make_trajectory()
+    p_end = router.score_end(traj, PROVIDERS)
+    assert p_end.shape == (5,) and bool(((p_end > 0) & (p_end < 1)).all())
+    router.config.end_threshold = float(p_end.min())
+    assert router.end(traj, PROVIDERS) == list(PROVIDERS)
+    router.config.end_threshold = float(p_end.max()) + 1e-6
+    assert router.end(traj, PROVIDERS) == []
+    p_in = float(router.score_inject(GOALS[1], 2, "Collected Data:\n- a\n- b"))
+    router.config.in_threshold = p_in
+    assert router.inject(GOALS[1], 2, "Collected Data:\n- a\n- b") is True
+    router.config.in_threshold = p_in + 1e-6
+    assert router.inject(GOALS[1], 2, "Collected Data:\n- a\n- b") is False
+    assert router.decide(p_end, threshold=0.0, phase="end", options=list(PROVIDERS)) == list(PROVIDERS)
+    router.config.max_input_tokens = 50  # every prompt is longer: safe fallbacks, flagged in timings
+    assert router.begin(GOALS[0], [], PROVIDERS) is None
+    assert router.inject(GOALS[0], 0, "x") is False and router.end(traj, PROVIDERS) == []
+    assert [t["over_budget"] for t in router.timings[-3:]] == [True, True, True]
+
+
+@pytest.mark.parametrize("mode", ["merged", "adapter"])
+def test_export_reload_reproduces_scores_exactly(tiny_llama_dir, tmp_path, mode, one_torch_thread):
+    import json
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from routers.base import load_router
+    from routers.memagent.router import MemAgentRouter
+
+    torch.manual_seed(1)
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir).eval()
+    model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    if mode == "merged":
+        model = model.merge_and_unload()
+    tok = AutoTokenizer.from_pretrained(tiny_llama_dir)
+    router = MemAgentRouter.from_model(model, tok, base_model=tiny_llama_dir, provider_names=list(PROVIDERS),
+                                       in_threshold=0.3, end_threshold=0.6)
+    previews = [Preview("Voyager", 0.7, "fridge apple", 3)]
+    before = (router.score_begin(GOALS[0], previews, PROVIDERS)[1], router.score_inject(GOALS[0], 1, "Collected Data: x"),
+              router.score_end(make_trajectory(), PROVIDERS))
+    path = router.save_pretrained(tmp_path / "router")
+    files = {p.name for p in path.iterdir()}
+    assert {"router_config.json", "calibration.json", "README.md", "tokenizer.json"} <= files
+    assert ("adapter_model.safetensors" in files) == (mode == "adapter")
+    assert ("model.safetensors" in files) == (mode == "merged")
+    cfg = json.loads((path / "router_config.json").read_text())
+    assert cfg["router_type"] == "memagent" and cfg["labels"]["begin"] == ["None", *PROVIDERS]
+    assert cfg["end_mode"] == "per_provider" and cfg["in_threshold"] == 0.3
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".router")]  # atomic: no temp dirs left
+    again = load_router(path)
+    assert isinstance(again, MemAgentRouter) and again.config.end_threshold == 0.6
+    after = (again.score_begin(GOALS[0], previews, PROVIDERS)[1], again.score_inject(GOALS[0], 1, "Collected Data: x"),
+             again.score_end(make_trajectory(), PROVIDERS))
+    for a, b in zip(before, after):
+        assert torch.equal(a, b)
+
+
+def test_training_export_matches_export_command(trained, tmp_path, one_torch_thread):
+    import torch
+
+    from routers.memagent.router import MemAgentRouter
+    from train.memagent import export_main
+
+    exported = MemAgentRouter.from_pretrained(trained["out"] / "export")
+    assert exported.config.provider_names == list(PROVIDERS)
+    again = export_main(["--checkpoint", str(trained["out"]), "--export_dir", str(tmp_path / "exp2")])
+    reloaded = MemAgentRouter.from_pretrained(tmp_path / "exp2")
+    assert reloaded.config.provider_names == list(PROVIDERS)
+    for r in (again, reloaded):
+        assert torch.equal(r.score_begin(GOALS[2], [], PROVIDERS)[1], exported.score_begin(GOALS[2], [], PROVIDERS)[1])
