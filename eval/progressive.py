@@ -58,7 +58,7 @@ class ProgressiveEvalConfig:
     dev_episodes: list[str] = field(default_factory=lambda: ["conv-26"], metadata={
         "help": "Held-out episodes where tau is chosen."})
     test_episodes: list[str] = field(default_factory=lambda: ["conv-30"], metadata={
-        "help": "Held-out episodes where the chosen tau is reported."})
+        "help": "Held-out episodes where the chosen tau is reported ([] = a dev-only run)."})
     max_questions_per_episode: int | None = field(default=None, metadata={
         "help": "Seeded random sample of questions per episode (None = all)."})
     seed: int = 0
@@ -106,11 +106,13 @@ class ProgressiveEvalConfig:
             raise ConfigError("score_metric 'judge' needs --judge (e.g. 'answer' or openai:MODEL@URL)")
         if self.aggregate not in ("concat", "llm"):
             raise ConfigError(f"aggregate must be 'concat' or 'llm', got {self.aggregate!r}")
+        if [e.lower() for e in self.test_episodes] == ["none"]:  # `--test_episodes none` on the command line
+            self.test_episodes = []
         overlap = set(self.dev_episodes) & set(self.test_episodes)
         if overlap:
             raise ConfigError(f"dev_episodes and test_episodes overlap: {sorted(overlap)}")
-        if not self.dev_episodes or not self.test_episodes:
-            raise ConfigError("give at least one dev and one test episode")
+        if not self.dev_episodes:
+            raise ConfigError("give at least one dev episode (test_episodes may be empty for a dev-only run)")
 
 
 HASHED = ("corpus", "corpus_path", "answer_model", "tokenizer", "router", "router_base", "encoder", "rag_encoder",
@@ -122,12 +124,21 @@ def _is_none(spec) -> bool:
     return spec is None or str(spec).lower() in ("", "none", "null")
 
 
+def _fingerprint(path) -> list | None:
+    """(name, size, mtime) of the files directly inside a local model folder; None for ids and aliases."""
+    if _is_none(path) or not Path(str(path)).is_dir():
+        return None
+    return sorted((p.name, p.stat().st_size, int(p.stat().st_mtime)) for p in Path(str(path)).iterdir() if p.is_file())
+
+
 def config_hash(cfg: ProgressiveEvalConfig) -> str:
     """Hash of everything that changes a per-question record (not taus, splits or output paths)."""
     from routers.progressive import PROMPT_VERSION
 
     payload = {k: getattr(cfg, k) for k in HASHED}
     payload.update(prompt_version=PROMPT_VERSION, record_version=RECORD_VERSION)
+    # A model retrained into the same folder must not reuse the old records: fingerprint local folders.
+    payload["files"] = {k: _fingerprint(getattr(cfg, k)) for k in ("router", "router_base", "encoder", "answer_model")}
     return hashlib.sha1(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -426,6 +437,16 @@ class _Models:
         self._given = dict(backend=backend, routers=routers, retriever=retriever, rag_retriever=rag_retriever,
                            judge=judge, counter=counter)
         self.executor = None
+        self.rag_shares_index = False
+
+    def build_rag(self, episode):
+        """The RAG index; with the prefix's encoder it is the prefix index itself (same BM25 and embeddings,
+        only the mixing weight differs), so nothing is encoded twice."""
+        if self.rag_shares_index:
+            built = self.executor.retriever._index.get(episode.episode_id)
+            if built is not None:
+                self.rag._index.setdefault(episode.episode_id, built)
+        self.rag.step_embeddings(episode)
 
     def load(self):
         if self.executor is not None:
@@ -442,6 +463,7 @@ class _Models:
             rag = HybridRetriever(encoder="none", dense_weight=0.0)
         elif cfg.rag_encoder == cfg.encoder and retriever.encoder is not None:
             rag = HybridRetriever(encoder=retriever.encoder, dense_weight=1.0)
+            self.rag_shares_index = True
         else:
             rag = HybridRetriever(encoder=cfg.rag_encoder, dense_weight=1.0)
         self.routers = g["routers"] if g["routers"] is not None else _load_routers(cfg, backend)
@@ -535,14 +557,15 @@ def run(cfg: ProgressiveEvalConfig, backend=None, routers=None, retriever=None, 
             if bkey not in writer:
                 t_prefix = ex.build(ep)
                 t0 = time.perf_counter()
-                models.rag.step_embeddings(ep)
+                models.build_rag(ep)
+                rag_s = t_prefix if models.rag_shares_index else time.perf_counter() - t0
                 rec = {"key": bkey, "kind": "build", "split": split, "episode_id": ep.episode_id,
-                       "prefix_build_s": t_prefix, "rag_build_s": time.perf_counter() - t0,
-                       "n_steps": len(ep.steps), "n_blocks": len(ex.views(ep).blocks)}
+                       "prefix_build_s": t_prefix, "rag_build_s": rag_s, "rag_shares_prefix_index":
+                       models.rag_shares_index, "n_steps": len(ep.steps), "n_blocks": len(ex.views(ep).blocks)}
                 writer.write(rec)
                 cache[bkey] = rec
             ex.build(ep)
-            models.rag.step_embeddings(ep)
+            models.build_rag(ep)
             key = f"{split}|{qa.qa_id}|{h}"
             try:
                 body = question_record(ex, models.routers, models.rag, ep, qa, cfg, models.judge_generate)

@@ -301,6 +301,27 @@ def test_backend_failure_is_counted_run_continues_and_resumes(tmp_path, locomo_e
     assert {"rows.csv", "metrics.json", "pareto.png", "failures.jsonl"} <= {p.name for p in out.iterdir()}
 
 
+def test_rag_reuses_the_prefix_index_when_encoders_match(tmp_path):
+    from retriever_helpers import BagOfLetters
+
+    class Counting(BagOfLetters):
+        texts = 0
+
+        def encode(self, texts, **kw):
+            Counting.texts += len(texts)
+            return super().encode(texts, **kw)
+
+    cfg = _cfg(tmp_path, encoder="minilm", rag_encoder="minilm", max_questions_per_episode=1, test_episodes=["none"])
+    m = ev.run(cfg, backend=FakeBackend(), routers={}, retriever=HybridRetriever(encoder=Counting(), dense_weight=0.5))
+    (build,) = [json.loads(x) for x in (Path(cfg.output_dir) / "records.jsonl").read_text().splitlines()
+                if json.loads(x)["kind"] == "build"]
+    assert build["rag_shares_prefix_index"] is True and build["rag_build_s"] == build["prefix_build_s"]
+    assert Counting.texts == build["n_steps"] + 2  # steps encoded once; the query once by each retriever
+    rows = {r["system"]: r for r in m["rows"]}
+    assert rows["rag"]["t_build"] == rows["fast_only"]["t_build"] and set(rows) == {
+        "fast_only", "slow_only", "rag", "long_context"}  # no router given: endpoints and baselines only
+
+
 def test_config_errors(tmp_path):
     from train.config import ConfigError
 
@@ -308,8 +329,23 @@ def test_config_errors(tmp_path):
         _cfg(tmp_path, dev_episodes=["conv-26"], test_episodes=["conv-26"])
     with pytest.raises(ConfigError, match="needs --judge"):
         _cfg(tmp_path, score_metric="judge")
+    assert _cfg(tmp_path, test_episodes=["none"]).test_episodes == []  # a dev-only run
+    with pytest.raises(ConfigError, match="at least one dev episode"):
+        _cfg(tmp_path, dev_episodes=[])
     with pytest.raises(ValueError, match=r"\['conv-999'\] not in corpus 'locomo'"):
         ev.run(_cfg(tmp_path, test_episodes=["conv-999"]), backend=FakeBackend(), routers={})
+
+
+def test_config_hash_tracks_settings_and_retrained_weights(tmp_path):
+    router = tmp_path / "router"
+    router.mkdir()
+    (router / "model.safetensors").write_bytes(b"v1")
+    cfg = _cfg(tmp_path, router=str(router))
+    h = ev.config_hash(cfg)
+    assert ev.config_hash(_cfg(tmp_path, router=str(router), taus=[0.5], output_dir="elsewhere")) == h
+    assert ev.config_hash(_cfg(tmp_path, router=str(router), top_k=5)) != h
+    (router / "model.safetensors").write_bytes(b"v2 retrained")
+    assert ev.config_hash(cfg) != h
 
 
 # -- judge ---------------------------------------------------------------------------------------------------------
