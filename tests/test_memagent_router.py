@@ -359,3 +359,247 @@ def test_training_export_matches_export_command(trained, tmp_path, one_torch_thr
     assert reloaded.config.provider_names == list(PROVIDERS)
     for r in (again, reloaded):
         assert torch.equal(r.score_begin(GOALS[2], [], PROVIDERS)[1], exported.score_begin(GOALS[2], [], PROVIDERS)[1])
+
+
+# -- evaluation ----------------------------------------------------------------------------------------
+def exploration_records() -> list[dict]:
+    """4 held-out tasks x 3 options (None, Voyager, ExpeL), in_policy never; plus inject rows to be ignored.
+
+    t1: None ok 5 steps, Voyager ok 3 (40 tok), ExpeL fail      -> 2 solve, oracle Voyager
+    t2: nobody                                                    -> 0 solve (unsolvable)
+    t3: all ok in 4 steps (Voyager 30 tok, ExpeL 20 tok)          -> 3 solve, oracle None (fewest tokens)
+    t4: only ExpeL, 6 steps (50 tok)                              -> 1 solve, oracle ExpeL
+    """
+    rows = {"t1": [(True, 5, 0), (True, 3, 40), (False, 10, 60)],
+            "t2": [(False, 10, 0), (False, 10, 40), (False, 10, 60)],
+            "t3": [(True, 4, 0), (True, 4, 30), (True, 4, 20)],
+            "t4": [(False, 10, 0), (False, 10, 40), (True, 6, 50)]}
+    out = []
+    for t, outcomes in rows.items():
+        for option, (ok, steps, tok) in zip([None, "Voyager", "ExpeL"], outcomes):
+            out.append({"task_id": t, "begin_provider": option, "in_policy": "never", "success": ok,
+                        "steps": steps, "injected_tokens": tok})
+            out.append({"task_id": t, "begin_provider": option, "in_policy": "inject", "success": True,
+                        "steps": 1, "injected_tokens": 999})
+    return out
+
+
+def test_eval_metrics_hand_computed(tmp_path):
+    from eval.memagent import begin_accuracy, evaluate, load_outcomes, overhead
+
+    path = write_jsonl(tmp_path / "exploration.jsonl", exploration_records())
+    table, pool = load_outcomes(path, "never")
+    assert pool == ["Voyager", "ExpeL"] and sorted(table) == ["t1", "t2", "t3", "t4"]
+    options = [None, *pool]
+    runs = [{"task_id": "t1", "begin_provider": "ExpeL", "success": False, "steps": 10, "begin_tokens": 60,
+             "in_tokens": 20, "injected_tokens": 80, "in_queries": 2, "probe_s": 0.1, "router_s": 0.2, "task_s": 3.0},
+            {"task_id": "t2", "begin_provider": None, "success": False, "steps": 10, "begin_tokens": 0,
+             "in_tokens": 0, "injected_tokens": 0, "in_queries": 0, "probe_s": 0.1, "router_s": 0.4, "task_s": 5.0},
+            {"task_id": "t3", "begin_provider": "ExpeL", "success": True, "steps": 4, "begin_tokens": 20,
+             "in_tokens": 0, "injected_tokens": 20, "in_queries": 0, "probe_s": 0.0, "router_s": 0.0, "task_s": 1.0},
+            {"task_id": "t4", "begin_provider": "ExpeL", "success": True, "steps": 6, "begin_tokens": 50,
+             "in_tokens": 10, "injected_tokens": 60, "in_queries": 1, "probe_s": 0.0, "router_s": 0.2, "task_s": 1.0}]
+    m = evaluate(table, options, runs)
+    b = m["baselines"]
+    assert b["None"] == {"tasks": 4, "success_rate": 0.5, "avg_steps": 7.25, "injected_tokens_per_task": 0.0}
+    assert b["Voyager"] == {"tasks": 4, "success_rate": 0.5, "avg_steps": 6.75, "injected_tokens_per_task": 37.5}
+    assert b["ExpeL"]["success_rate"] == 0.5 and b["ExpeL"]["avg_steps"] == 7.5
+    assert b["random"]["success_rate"] == pytest.approx((2 / 3 + 0 + 1 + 1 / 3) / 4)
+    assert b["random"]["avg_steps"] == pytest.approx((18 / 3 + 10 + 4 + 26 / 3) / 4)
+    assert b["oracle"]["success_rate"] == 0.75 and b["oracle"]["avg_steps"] == (3 + 10 + 4 + 6) / 4
+    assert b["oracle"]["injected_tokens_per_task"] == (40 + 0 + 0 + 50) / 4
+    cov = m["coverage"]
+    assert cov["histogram"] == {"0": 1, "1": 1, "2": 1, "3": 1}
+    assert cov["buckets"] == {"0 (unsolvable)": {"tasks": 1, "share": 0.25},
+                              "1-2 (routing-critical)": {"tasks": 2, "share": 0.5},
+                              "3 (all correct)": {"tasks": 1, "share": 0.25}}
+    assert cov["per_task"] == {"t1": 2, "t2": 0, "t3": 3, "t4": 1}
+    r = m["routed"]
+    assert r["success_rate"] == 0.5 and r["avg_steps"] == 7.5 and r["injected_tokens_per_task"] == 40.0
+    assert r["begin_injected_tokens_per_task"] == 32.5 and r["in_queries_per_task"] == 0.75
+    assert r["delta_vs_no_memory"] == 0.0 and m["best_single_provider"] == "Voyager"
+    assert r["begin_choices"] == {"ExpeL": 3, "None": 1}
+    assert r["overhead"]["share"] == pytest.approx((0.2 + 0.8) / 10.0)
+    assert r["overhead"]["probe_s_per_task"] == pytest.approx(0.05)
+    beg = m["begin"]
+    assert beg["solvable_tasks"] == 3
+    assert beg["accuracy_solving"] == pytest.approx(2 / 3) and beg["accuracy_exact"] == pytest.approx(1 / 3)
+    assert beg["confusion"]["labels"] == ["None", "Voyager", "ExpeL"]
+    assert beg["confusion"]["matrix"] == [[0, 0, 1], [0, 0, 1], [0, 0, 1]]
+    assert overhead([]) ["share"] is None
+    with pytest.raises(ValueError, match="not an option"):
+        begin_accuracy({"t1": "AWM"}, table, options)
+
+
+def test_coverage_buckets_for_fourteen_options():
+    from eval.memagent import coverage_distribution
+
+    options = [None, *[f"p{i}" for i in range(13)]]
+    table = {f"t{k}": {o: {"success": i < k, "steps": 1} for i, o in enumerate(options)} for k in range(15)}
+    cov = coverage_distribution(table, options, list(table))
+    assert list(cov["buckets"]) == ["0 (unsolvable)", "1-2 (routing-critical)", "3-6", "7-13", "14 (all correct)"]
+    assert [b["tasks"] for b in cov["buckets"].values()] == [1, 2, 4, 7, 1]
+
+
+class FakeEnv:
+    """Two commands; 'win' wins. Observations carry the command list."""
+
+    def reset(self, task):
+        from routers.memagent.protocol import Observation
+
+        return Observation("You are in a kitchen.", ["go north", "win"])
+
+    def step(self, command):
+        from routers.memagent.protocol import Observation
+
+        return Observation(f"You {command}.", ["go north", "win"], done=command == "win", won=command == "win")
+
+
+class MemoryReadingAgent:
+    """Wins only when the Begin memory says so; otherwise wanders."""
+
+    def act(self, task, history, observation, memory):
+        return "win" if "WIN" in memory else "go north"
+
+
+class ProbeProvider(FakeProvider):
+    def __init__(self, name, text):
+        super().__init__(name)
+        self.text = text
+
+    def probe(self, goal):
+        return Preview(self.name, 0.5, self.text, 1)
+
+    def retrieve(self, goal):
+        from routers.memagent.protocol import Retrieved
+
+        return Retrieved(self.name, self.text, ["i1"])
+
+
+class CountingSTM:
+    def __init__(self):
+        self.n = 0
+
+    def summary(self):
+        return f"Collected Data:\n- step {self.n}" if self.n else ""
+
+    def update(self, step):
+        self.n += 1
+
+
+class ScriptedRouter:
+    def __init__(self, choice):
+        self.choice, self.in_calls = choice, []
+
+    def begin(self, goal, previews, providers):
+        assert [p.provider for p in previews] == list(providers)
+        return self.choice
+
+    def inject(self, goal, index, summary):
+        self.in_calls.append(index)
+        return index % 2 == 1
+
+
+def test_routed_rollouts_with_fakes(tmp_path):
+    from eval.memagent import run_routed
+
+    providers = {"Voyager": ProbeProvider("Voyager", "say WIN now"), "ExpeL": ProbeProvider("ExpeL", "wander")}
+    tasks = [Task("a", "win the game", split="heldout"), Task("b", "win again", split="heldout")]
+    router = ScriptedRouter("ExpeL")
+    runs = run_routed(tasks, FakeEnv(), MemoryReadingAgent(), providers, router, tmp_path / "routed.jsonl",
+                      short_term_factory=CountingSTM, max_steps=4)
+    assert [r["task_id"] for r in runs] == ["a", "b"]
+    a = runs[0]
+    assert a["begin_provider"] == "ExpeL" and a["success"] is False and a["steps"] == 4
+    assert a["begin_tokens"] == 1 and a["in_queries"] == 2  # steps 1 and 3 (step 0 has an empty summary)
+    assert a["in_tokens"] == 2 * 5 and a["injected_tokens"] == 1 + 10  # "Collected Data:\n- step k": 5 words
+    assert router.in_calls == [1, 2, 3, 1, 2, 3]
+    assert a["task_s"] >= a["probe_s"] + a["router_s"] and a["error"] is None
+    router.choice = "Voyager"  # resumable: finished tasks are not rerun
+    again = run_routed(tasks, FakeEnv(), MemoryReadingAgent(), providers, router, tmp_path / "routed.jsonl",
+                       short_term_factory=CountingSTM)
+    assert again == runs and len((tmp_path / "routed.jsonl").read_text().splitlines()) == 2
+    won = run_routed(tasks[:1], FakeEnv(), MemoryReadingAgent(), providers, router, tmp_path / "r2.jsonl")
+    assert won[0]["success"] is True and won[0]["steps"] == 1 and won[0]["begin_tokens"] == 3
+
+
+def test_eval_main_with_real_router_and_fake_environment(tmp_path, tiny_llama_dir, monkeypatch, one_torch_thread):
+    import json
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import eval.memagent as em
+    from routers.memagent.router import MemAgentRouter
+
+    MemAgentRouter.from_model(AutoModelForCausalLM.from_pretrained(tiny_llama_dir),
+                              AutoTokenizer.from_pretrained(tiny_llama_dir)).save_pretrained(tmp_path / "router")
+    path = write_jsonl(tmp_path / "exploration.jsonl", exploration_records())
+    providers = {"Voyager": ProbeProvider("Voyager", "say WIN now"), "ExpeL": ProbeProvider("ExpeL", "wander")}
+    tasks = [Task(t, f"goal {t}", split="heldout") for t in ("t1", "t2", "t3", "t4")]
+    monkeypatch.setattr(em, "build_rollout_context", lambda cfg, pool: (
+        FakeEnv(), tasks, MemoryReadingAgent(), providers, CountingSTM, lambda s: len(s.split())))
+    m = em.main(["--router", str(tmp_path / "router"), "--exploration_file", path, "--output_dir",
+                 str(tmp_path / "res"), "--max_steps", "3"])
+    saved = json.loads((tmp_path / "res" / "metrics.json").read_text())
+    assert saved["tasks"] == 4 and saved["routed"]["tasks"] == 4
+    assert saved["baselines"]["oracle"]["success_rate"] == 0.75
+    assert sum(saved["begin"]["confusion"]["matrix"][i][j] for i in range(3) for j in range(3)) == 3
+    assert 0 < saved["routed"]["overhead"]["share"] < 1
+    for png in ("coverage.png", "begin_confusion.png"):
+        assert (tmp_path / "res" / png).read_bytes()[:4] == b"\x89PNG"
+    assert m["routed"]["success_rate"] == sum(r["success"] for r in
+                                              map(json.loads, open(tmp_path / "res" / "routed.jsonl"))) / 4
+    base_only = em.main(["--router", "none", "--exploration_file", path, "--output_dir", str(tmp_path / "res2")])
+    assert "routed" not in base_only and (tmp_path / "res2" / "coverage.png").exists()
+    assert not (tmp_path / "res2" / "begin_confusion.png").exists()
+
+
+# -- malformed input -----------------------------------------------------------------------------------
+def test_malformed_records_name_file_and_line(tmp_path):
+    import json
+
+    from data_synthesis.jsonl import RecordError
+    from eval.memagent import load_outcomes
+    from train.memagent import phase_rows
+
+    files = fake_phase_files(tmp_path)
+    lines = open(files["in"]).read().splitlines()
+    bad = json.loads(lines[2])
+    bad["completion"][0]["content"] = "perhaps"
+    p = write_jsonl(tmp_path / "in_bad.jsonl", [json.loads(lines[0]), json.loads(lines[1]), bad])
+    with pytest.raises(RecordError, match=r"in_bad\.jsonl:3: cannot parse an In decision"):
+        phase_rows(p, "in")
+    (tmp_path / "trunc.jsonl").write_text(lines[0] + "\n{\"prompt\": [\n")
+    with pytest.raises(RecordError, match=r"trunc\.jsonl:2: invalid JSON"):
+        phase_rows(str(tmp_path / "trunc.jsonl"), "in")
+    with pytest.raises(RecordError, match=r"begin\.jsonl:1: phase 'begin' in the in file"):
+        phase_rows(files["begin"], "in")
+    rec = json.loads(open(files["end"]).readline())
+    rec["completion"][0]["content"] = "Voyager, Zep"
+    with pytest.raises(RecordError, match=r"end_bad\.jsonl:1: .*unknown provider 'Zep'"):
+        phase_rows(write_jsonl(tmp_path / "end_bad.jsonl", [rec]), "end")
+    rec = json.loads(open(files["begin"]).readline())
+    rec["prompt"] = [{"role": "user", "content": 3}]
+    with pytest.raises(RecordError, match=r"b3\.jsonl:1: prompt: every message needs"):
+        phase_rows(write_jsonl(tmp_path / "b3.jsonl", [rec]), "begin")
+    recs = exploration_records()
+    recs[3]["success"] = "yes"
+    with pytest.raises(RecordError, match=r"x1\.jsonl:4: success must be true or false"):
+        load_outcomes(write_jsonl(tmp_path / "x1.jsonl", recs), "never")
+    recs = exploration_records()
+    recs.append(dict(recs[0]))
+    with pytest.raises(RecordError, match=rf"x2\.jsonl:{len(recs)}: duplicate record for task 't1', option None"):
+        load_outcomes(write_jsonl(tmp_path / "x2.jsonl", recs), "never")
+    del recs[-1]
+    for r in recs:
+        r.pop("steps")
+    with pytest.raises(RecordError, match=r"x3\.jsonl:1: missing field\(s\) \['steps'\]"):
+        load_outcomes(write_jsonl(tmp_path / "x3.jsonl", recs), "never")
+
+
+def test_cli_registers_memagent_jobs():
+    from routers.cli import JOBS
+
+    assert JOBS["train"]["memagent"] == "train.memagent:main"
+    assert JOBS["export"]["memagent"] == "train.memagent:export_main"
+    assert JOBS["eval"]["memagent"] == "eval.memagent:main"
