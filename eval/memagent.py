@@ -55,6 +55,7 @@ class MemAgentEvalConfig:
     env_seed: int = 0
     max_steps: int = 30
     encoder: str = "sentence-transformers/all-MiniLM-L6-v2"
+    llm: str = field(default="smollm2", metadata={"help": "LLM backend providers use at retrieval (Generative rerank)"})
     device: str | None = None
 
 
@@ -232,14 +233,18 @@ def routed_metrics(runs: Sequence[Mapping]) -> dict:
 
 # -- routed rollouts ---------------------------------------------------------------------------------
 def routed_rollout(env, agent, task, providers: Mapping[str, Any], router, short_term=None, max_steps: int = 30,
-                   count_tokens: Callable[[str], int] | None = None) -> dict:
-    """One held-out task with the router deciding Begin and In; timings split into probe / router / task."""
+                   count_tokens: Callable[[str], int] | None = None, probe: Callable | None = None) -> dict:
+    """One held-out task with the router deciding Begin and In; timings split into probe / router / task.
+
+    ``probe(goal) -> previews`` (default: each provider's own ``probe``; the CLI passes the vectorized
+    ``ProviderProbe``); ``count_tokens`` defaults to whitespace words (the CLI: the agent's tokenizer).
+    """
     from routers.memagent.agent import run_episode
 
     count_tokens = count_tokens or (lambda s: len(s.split()))
     t_task = time.perf_counter()
     t = time.perf_counter()
-    previews = [prov.probe(task.goal) for prov in providers.values()]
+    previews = probe(task.goal) if probe else [prov.probe(task.goal) for prov in providers.values()]
     probe_s = time.perf_counter() - t
     router_s = 0.0
     t = time.perf_counter()
@@ -266,7 +271,7 @@ def routed_rollout(env, agent, task, providers: Mapping[str, Any], router, short
 
 
 def run_routed(tasks, env, agent, providers, router, out_path: str | Path, short_term_factory=None,
-               max_steps: int = 30, count_tokens=None) -> list[dict]:
+               max_steps: int = 30, count_tokens=None, probe=None) -> list[dict]:
     """Routed rollouts for ``tasks``, appended to ``out_path`` (rerunning skips tasks already there)."""
     from tqdm.auto import tqdm
 
@@ -275,7 +280,7 @@ def run_routed(tasks, env, agent, providers, router, out_path: str | Path, short
             if task.task_id in writer:
                 continue
             short_term = short_term_factory() if short_term_factory else None
-            writer.write(routed_rollout(env, agent, task, providers, router, short_term, max_steps, count_tokens))
+            writer.write(routed_rollout(env, agent, task, providers, router, short_term, max_steps, count_tokens, probe))
     wanted = {t.task_id for t in tasks}
     return [r for r in read_jsonl(out_path) if r["task_id"] in wanted]
 
@@ -359,24 +364,25 @@ def begin_confusion_plot(confusion: Mapping, path: str | Path) -> Path:
     return _save_atomic(fig, path)
 
 
-def build_rollout_context(cfg: MemAgentEvalConfig, options_pool: Sequence[str]):
-    """(env, held-out tasks, agent, frozen providers, short-term factory, token counter) for routed rollouts."""
+def build_rollout_context(cfg: MemAgentEvalConfig, pool: Sequence[str]):
+    """(env, held-out tasks, agent, frozen providers, short-term factory, token counter, probe) for rollouts."""
     from routers.memagent.agent import LMCommandAgent
-    from routers.memagent.providers import ShortTermMemory, load_providers
+    from routers.memagent.providers import ProviderProbe, ShortTermMemory, build_providers, load_providers
     from routers.memagent.textworld_env import TextWorldSuite
+    from routers.models import make_backend
 
     env = TextWorldSuite(cache_dir=cfg.games_dir, n_train=cfg.n_train, n_heldout=cfg.n_heldout, seed=cfg.env_seed,
                          max_steps=cfg.max_steps)
     tasks = env.tasks("heldout", progress=True)
     agent = LMCommandAgent.from_pretrained(cfg.agent_model, dtype=cfg.agent_dtype, device=cfg.device)
-    names = list(cfg.providers or options_pool)
-    providers = load_providers(cfg.stores_dir, names=names, encoder=cfg.encoder)
+    providers = build_providers(list(pool), encoder=cfg.encoder, llm=make_backend(cfg.llm))
+    load_providers(providers, cfg.stores_dir)  # frozen: nothing is stored during evaluation
     tok = agent.tokenizer
 
     def count_tokens(text: str) -> int:
         return len(tok.encode(text, add_special_tokens=False))
 
-    return env, tasks, agent, providers, ShortTermMemory, count_tokens
+    return env, tasks, agent, providers, ShortTermMemory, count_tokens, ProviderProbe(providers).probe
 
 
 def main(argv=None) -> dict:
@@ -401,14 +407,14 @@ def main(argv=None) -> dict:
         from routers.memagent.router import MemAgentRouter
 
         router = MemAgentRouter.from_pretrained(cfg.router, device=cfg.device)
-        env, tasks, agent, providers, stm, count = build_rollout_context(cfg, pool)
+        env, tasks, agent, providers, stm, count, probe = build_rollout_context(cfg, pool)
         by_id = {t.task_id: t for t in tasks}
         missing = [t for t in tasks_order if t not in by_id]
         if missing:
             raise ValueError(f"{len(missing)} exploration tasks are not held-out tasks of the environment, "
                              f"e.g. {missing[:3]}: evaluate on the split and settings exploration used")
         runs = run_routed([by_id[t] for t in tasks_order], env, agent, providers, router, out_dir / "routed.jsonl",
-                          short_term_factory=stm, max_steps=cfg.max_steps, count_tokens=count)
+                          short_term_factory=stm, max_steps=cfg.max_steps, count_tokens=count, probe=probe)
     metrics = evaluate(table, options, runs)
     metrics["config"] = {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}
     metrics["library_versions"] = library_versions()

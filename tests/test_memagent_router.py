@@ -537,7 +537,7 @@ def test_eval_main_with_real_router_and_fake_environment(tmp_path, tiny_llama_di
     providers = {"Voyager": ProbeProvider("Voyager", "say WIN now"), "ExpeL": ProbeProvider("ExpeL", "wander")}
     tasks = [Task(t, f"goal {t}", split="heldout") for t in ("t1", "t2", "t3", "t4")]
     monkeypatch.setattr(em, "build_rollout_context", lambda cfg, pool: (
-        FakeEnv(), tasks, MemoryReadingAgent(), providers, CountingSTM, lambda s: len(s.split())))
+        FakeEnv(), tasks, MemoryReadingAgent(), providers, CountingSTM, lambda s: len(s.split()), None))
     m = em.main(["--router", str(tmp_path / "router"), "--exploration_file", path, "--output_dir",
                  str(tmp_path / "res"), "--max_steps", "3"])
     saved = json.loads((tmp_path / "res" / "metrics.json").read_text())
