@@ -19,12 +19,14 @@ TextWorld (https://github.com/microsoft/TextWorld) is MIT-licensed, (c) Microsof
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
 import shutil
 import sys
 import time
+import warnings
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -105,6 +107,14 @@ def game_settings(cfg: TextWorldCorpusConfig, index: int) -> tuple[dict, int]:
     return settings, rng.randrange(1, 2 ** 31 - 1)
 
 
+@contextlib.contextmanager
+def quiet_jericho():
+    """Jericho warns that it cannot analyse TextWorld-built games ("unsupported game"): harmless here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*(not fully supported|unsupported game)")
+        yield
+
+
 def make_game(settings: dict, game_seed: int, games_dir: Path, name: str) -> tuple[Path, dict]:
     """Generate and compile one game (offline); files appear in ``games_dir`` only once complete."""
     import textworld.generator
@@ -118,8 +128,9 @@ def make_game(settings: dict, game_seed: int, games_dir: Path, name: str) -> tup
     options.seeds = game_seed
     options.path = str(tmp / f"{name}.z8")
     options.force_recompile = True
-    game = cooking.make(dict(settings), options)
-    textworld.generator.compile_game(game, options)
+    with quiet_jericho():
+        game = cooking.make(dict(settings), options)
+        textworld.generator.compile_game(game, options)
     for f in sorted(tmp.iterdir()):
         os.replace(f, games_dir / f.name)
     tmp.rmdir()
@@ -187,20 +198,24 @@ def choose_noise(world: World, admissible: list[str], seen: set[str], rng: rando
     return rng.choice(info), "info", None
 
 
-def play(game_file: Path, cfg: TextWorldCorpusConfig, rng: random.Random, eid: str) -> tuple[list[Step], dict]:
+def play(game_file: Path, cfg: TextWorldCorpusConfig, rng: random.Random) -> tuple[list[Step], dict]:
     """Play one game: the engine's winning policy interleaved with noise. Returns steps and outcome."""
     import textworld
 
     infos = textworld.EnvInfos(admissible_commands=True, facts=True, inventory=True, policy_commands=True,
                                score=True, won=True, lost=True, description=True, objective=True, max_score=True)
-    env = textworld.start(str(game_file), request_infos=infos)
+    with quiet_jericho():
+        return _play(textworld.start(str(game_file), request_infos=infos), cfg, rng)
+
+
+def _play(env, cfg: TextWorldCorpusConfig, rng: random.Random) -> tuple[list[Step], dict]:
     try:
         state = env.reset()
         facts = _facts(state)
         types = _types(state)
         intro = f"{state['objective']}\n\n{clean_observation(state['description'])}"
         world = World(facts, types)
-        steps = [_step(0, "start", intro, world, 0, "start", None, facts, set(), set())]
+        steps = [_step(0, "start", intro, world, 0, "start", None, set(), set())]
         steps[0].meta["facts"] = [list(f) for f in sorted(facts)]
         steps[0].meta["entity_types"] = dict(sorted(types.items()))
         seen = set(_mentioned(intro, types))
@@ -231,7 +246,7 @@ def play(game_file: Path, cfg: TextWorldCorpusConfig, rng: random.Random, eid: s
                 failure = None  # it did not fail after all: no cause to ask about
             facts, world = new_facts, World(new_facts, types)
             seen |= _mentioned(obs, types)
-            steps.append(_step(len(steps), cmd, obs, world, int(score), kind, failure, facts, added, removed))
+            steps.append(_step(len(steps), cmd, obs, world, int(score), kind, failure, added, removed))
         outcome = {"won": bool(state["won"]), "lost": bool(state["lost"]), "final_score": int(state["score"]),
                    "max_score": int(state["max_score"]), "objective": state["objective"]}
     finally:
@@ -245,7 +260,7 @@ def _mentioned(text: str, types: dict[str, str]) -> set[str]:
 
 
 def _step(i: int, action: str, obs: str, world: World, score: int, kind: str, failure: dict | None,
-          facts, added, removed) -> Step:
+          added, removed) -> Step:
     meta = {"action": action, "observation": obs, "location": world.player_room(), "inventory": world.inventory(),
             "score": score, "kind": kind, "failed": failure is not None,
             "added": [list(f) for f in sorted(added)] if i else [], "removed": [list(f) for f in sorted(removed)]}
@@ -260,7 +275,7 @@ def build_episode(cfg: TextWorldCorpusConfig, index: int, games_dir: Path) -> tu
     settings, game_seed = game_settings(cfg, index)
     game_file, gmeta = make_game(settings, game_seed, games_dir, eid)
     rng = random.Random(f"{cfg.seed}:{index}:play")
-    steps, outcome = play(game_file, cfg, rng, eid)
+    steps, outcome = play(game_file, cfg, rng)
     if not cfg.keep_game_files:
         for ext in (".z8", ".json", ".ni"):
             (games_dir / f"{eid}{ext}").unlink(missing_ok=True)

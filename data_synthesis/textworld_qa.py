@@ -110,7 +110,7 @@ def find_mentions(text: str, names: Iterable[str]) -> set[str]:
     """Entity names in ``text`` (whole words, longest first so "red hot pepper" does not count as "pepper")."""
     low = text.lower()
     found = set()
-    for name in sorted(set(names), key=len, reverse=True):
+    for name in sorted(set(names), key=lambda n: (-len(n), n)):
         pat = re.compile(rf"(?<![\w-]){re.escape(name.lower())}(?![\w-])")
         if pat.search(low):
             found.add(name)
@@ -289,7 +289,7 @@ def recall_candidates(t: Trajectory) -> list[dict]:
                                    f"What was on the {s} when the player arrived in the {room} at step {t.ids[i]}?",
                                    _join(items), [i], t, items))
         if v == "take":
-            took = [f[1] for f in t.added[i] if f[0] == "in" and f[2] == "I"]
+            took = sorted(f[1] for f in t.added[i] if f[0] == "in" and f[2] == "I")
             for x in took:
                 h = prev.holder(x)
                 if h and h[0] in ("in", "on") and h[1] != "I":
@@ -406,7 +406,7 @@ def update_candidates(t: Trajectory) -> list[dict]:
     left: dict[str, int] = {}
     first_up = None
     for i in range(1, len(t)):
-        for f in t.added[i]:
+        for f in sorted(t.added[i]):  # sorted: set order varies with PYTHONHASHSEED
             if f[0] == "in" and f[-1] == "I" and t.verb(i) == "take":
                 first_take.setdefault(f[1], i)
                 takes[f[1]].append(i)
@@ -414,7 +414,7 @@ def update_candidates(t: Trajectory) -> list[dict]:
                 opens[f[1]].append(i)
             if f[0] == "at" and f[1] == "P":
                 enters[f[2]].append(i)
-        for f in t.removed[i]:
+        for f in sorted(t.removed[i]):
             if f[0] == "at" and f[1] == "P":
                 left.setdefault(f[2], i)
         if first_up is None and t.scores[i] > t.scores[i - 1]:
