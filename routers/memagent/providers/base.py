@@ -370,7 +370,7 @@ class BaseProvider:
                           source_task_id=trajectory.task.task_id, meta=meta)
 
     def _build_state(self, items: list[MemoryItem], old: ProviderState, stats: Counter,
-                     embeddings: np.ndarray | None = None) -> ProviderState:
+                     embeddings: np.ndarray | None = None, normalize: bool = True) -> ProviderState:
         seen: set[str] = set()
         for it in items:
             if not isinstance(it, MemoryItem) or it.provider != self.name:
@@ -387,7 +387,8 @@ class BaseProvider:
         if self.uses_dense:
             if embeddings is not None:
                 emb = np.asarray(embeddings, np.float32)
-                emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12) if len(emb) else emb
+                if normalize and len(emb):  # not on load: saved rows are already normalized, keep their bits
+                    emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
             else:
                 missing = sorted({it.key for it, j in zip(items, reuse) if j < 0 or old.embeddings is None}
                                  - set(self._pending_emb))
@@ -566,5 +567,5 @@ class BaseProvider:
                 raise ProviderError(f"{emb_file}: dim {emb.shape[1]} != encoder dim {self._encoder._dim}")
         self._next_id = int(meta.get("next_id", 0))
         state = self._build_state(items, ProviderState(next_id=self._next_id), Counter(meta.get("stats", {})),
-                                  embeddings=emb)
+                                  embeddings=emb, normalize=False)
         self._state = state

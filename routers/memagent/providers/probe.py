@@ -5,17 +5,19 @@ reference), computed with one pass over a cached, concatenated key matrix:
 
 1. the goal is encoded once (per distinct encoder) and tokenized once;
 2. dense part: every provider's key embeddings are quantized to int8 with a per-row scale and
-   concatenated; one int8 matrix product (``torch._int_mm``: 4x less memory traffic than float32,
-   integer-exact) gives approximate cosines with a rigorous per-row error bound ``e_i = |k_i - s_i c_i| +
-   |s_i c_i| |q - s_q c_q|`` (+ slack for float rounding);
+   concatenated once; one int8 matrix product (``torch._int_mm``: a quarter of float32's memory traffic,
+   integer-exact) gives approximate scores whose error is bounded per provider by
+   ``E = max_i |k_i - s_i c_i| * |q| + max_i |s_i c_i| * |q - s_q c_q|`` (+ slack for float rounding);
 3. keyword part: the keyword providers' sparse weight matrices are stacked; one sparse product gives
-   their exact scores, divided by each provider's query normalizer;
-4. per provider (segment max via ``np.maximum.reduceat``) the best lower bound is found; only rows whose
-   upper bound reaches it can be the maximum; those few candidates are re-scored exactly in float32
-   from the provider's own embeddings, and the best one (ties: the earlier item) is the preview.
+   their exact scores, divided by each provider's query normalizer (hybrids add them in with their weight);
+4. ``np.maximum.reduceat`` takes each provider's best approximate score ``m`` in one pass; only rows with
+   an approximate score >= ``m - 2E`` can hold the true maximum; those few candidates are re-scored exactly
+   (float32 keys from the provider's own state, float64 keyword scores) and the best one (ties: the earlier
+   item) is the preview.
 
-So the chosen item and its snippet are exactly the reference's; the score is the same float computation
-on the same row (BLAS may round the last bit differently for a different row count: equal to ~1e-7).
+So the chosen item and its snippet are the reference's, and the score is the same float computation on
+the same row (BLAS may round the last bit differently for a different number of rows, so scores agree to
+~1e-7 and only items whose scores tie within that could be picked differently).
 When ``torch._int_mm`` is missing or fails a self-check at build time, the dense part falls back to a
 float32 product over the concatenated matrix (exact, ~4x the memory traffic).
 
@@ -36,7 +38,7 @@ from scipy import sparse
 
 from routers.memagent.protocol import MemoryItem, Preview, Trajectory
 from routers.memagent.providers.base import BaseProvider, ProviderState
-from routers.memagent.providers.keyword import N_FEATURES, sparse_scores, term_counts
+from routers.memagent.providers.keyword import sparse_scores, term_counts
 
 _SLACK = 1e-4  # >> float32 rounding of a 384-term dot product of unit vectors
 
@@ -55,14 +57,6 @@ def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     return codes, scale, resid, norm
 
 
-def _pad_cols(codes: np.ndarray, width: int) -> np.ndarray:
-    if codes.shape[1] == width:
-        return codes
-    out = np.zeros((codes.shape[0], width), np.int8)
-    out[:, : codes.shape[1]] = codes
-    return out
-
-
 class _IntMatmul:
     """int8 x int8 -> int32 matrix-vector product; ``torch._int_mm`` when it passes a self-check on this
     machine (same code path as the real call); otherwise ``backend`` is None and the probe uses float32."""
@@ -71,8 +65,8 @@ class _IntMatmul:
         self.backend = None
         try:
             rng = np.random.default_rng(0)
-            a = rng.integers(-127, 128, (37, 24)).astype(np.int8)
-            b = rng.integers(-127, 128, 24).astype(np.int8)
+            a = rng.integers(-127, 128, (37, 20)).astype(np.int8)
+            b = rng.integers(-127, 128, 20).astype(np.int8)
             if np.array_equal(self._torch(a, b), a.astype(np.int64) @ b.astype(np.int64)):
                 self.backend = "torch._int_mm"
         except Exception:  # noqa: BLE001 - any failure means: use the fallback
@@ -87,20 +81,28 @@ class _IntMatmul:
         return torch._int_mm(torch.from_numpy(codes), rhs).numpy().ravel()
 
     def __call__(self, codes: np.ndarray, q: np.ndarray) -> np.ndarray:
-        return self._torch(codes, q)
+        try:
+            return self._torch(codes, q)
+        except RuntimeError:  # a shape the kernel rejects: exact in float32 too (|sums| < 2**24)
+            return (codes.astype(np.float32) @ q.astype(np.float32)).astype(np.int32)
 
 
 @dataclass
 class _Block:
+    """One provider's cached part: its quantized keys and their error terms (reused while its state is)."""
+
     state: ProviderState
-    codes: np.ndarray | None = None   # (n, width) int8
-    scale: np.ndarray | None = None
-    resid: np.ndarray | None = None
-    norm: np.ndarray | None = None
+    codes: np.ndarray | None = None   # (n, dim) int8
+    scale: np.ndarray | None = None   # (n,) per-row scale
+    max_resid: float = 0.0            # max |k - s c| over rows
+    max_norm: float = 0.0             # max |s c| over rows
 
 
 class ProviderProbe:
-    """``probe(goal) -> list[Preview]`` for every provider, in the given order, without any LLM call."""
+    """``probe(goal) -> list[Preview]`` for every provider, in the given order, without any LLM call.
+
+    ``quantized=False`` (or no working ``torch._int_mm``) uses one float32 product instead of the int8 pass.
+    """
 
     def __init__(self, providers: Mapping[str, BaseProvider] | Sequence[BaseProvider], quantized: bool = True):
         self.providers: list[BaseProvider] = list(providers.values()) if isinstance(providers, Mapping) else list(providers)
@@ -119,60 +121,52 @@ class ProviderProbe:
 
     # -- cache ----------------------------------------------------------------------------------------
     def _ensure(self) -> None:
+        """(Re)build the concatenated matrices when any provider's state object changed."""
         key = tuple(id(p.state) for p in self.providers)
         if key == self._key:
             return
-        states = [p.state for p in self.providers]
-        dims = {int(s.embeddings.shape[1]) for p, s in zip(self.providers, states)
-                if p.uses_dense and s.embeddings is not None and len(s.items)}
+        provs = self.providers
+        states = [p.state for p in provs]
+        sizes = [len(s.items) for s in states]
+        dense = [i for i, p in enumerate(provs) if p.uses_dense and sizes[i]]
+        dims = {int(states[i].embeddings.shape[1]) for i in dense}
         if len(dims) > 1:
             raise ValueError(f"providers' key embeddings have different dimensions {sorted(dims)}: one encoder is needed")
         self.dim = dims.pop() if dims else 0
-        width = -(-self.dim // 8) * 8 if self.dim else 0  # int8 kernels want a multiple of 8
-        for p, st in zip(self.providers, states):
+        for p, st in zip(provs, states):
             blk = self._blocks.get(p.name)
             if blk is not None and blk.state is st:
                 continue
             blk = _Block(st)
-            if self.quantized and p.uses_dense and st.embeddings is not None and len(st.items):
-                codes, blk.scale, blk.resid, blk.norm = quantize_rows(st.embeddings)
-                blk.codes = _pad_cols(codes, width)
+            if self.quantized and p.uses_dense and len(st.items):
+                codes, blk.scale, resid, norm = quantize_rows(st.embeddings)
+                blk.codes, blk.max_resid, blk.max_norm = codes, float(resid.max()), float(norm.max())
             self._blocks[p.name] = blk
-        sizes = np.array([len(s.items) for s in states], np.int64)
-        self.offsets = np.concatenate([[0], np.cumsum(sizes)])
-        n = int(self.offsets[-1])
-        self.n_total = n
-        self.row_provider = np.repeat(np.arange(len(states)), sizes)
-        wd = np.array([p.score_dense_weight for p in self.providers])
-        wk = np.array([p.keyword_weight for p in self.providers])
-        self.wd_rows, self.wk_rows = wd[self.row_provider], wk[self.row_provider]
-        self.dense_providers = [i for i, p in enumerate(self.providers) if p.uses_dense and sizes[i]]
-        self.kw_providers = [i for i, p in enumerate(self.providers) if p.uses_keyword and sizes[i]]
-        # dense: one int8 (or float32) matrix over every row (zero rows for keyword-only providers)
-        self._codes = self._scale = self._err_k = self._err_n = self._dense32 = None
-        if self.dense_providers and self.dim:
+        # row layout: providers with a dense part first (their rows are the matrix), then keyword-only ones
+        kw_only = [i for i, p in enumerate(provs) if not p.uses_dense and sizes[i]]
+        self.layout = dense + kw_only
+        starts = np.cumsum([0] + [sizes[i] for i in self.layout])
+        self.rows = {i: slice(int(starts[j]), int(starts[j + 1])) for j, i in enumerate(self.layout)}
+        self.starts = starts[:-1]
+        self.n_rows, self.n_dense = int(starts[-1]), int(starts[len(dense)])
+        self._codes = self._wscale = self._dense32 = None
+        if dense:
             if self.quantized:
-                codes = np.zeros((n, width), np.int8)
-                scale, resid, norm = np.zeros(n), np.zeros(n), np.zeros(n)
-                for i in self.dense_providers:
-                    blk, sl = self._blocks[self.providers[i].name], slice(self.offsets[i], self.offsets[i + 1])
-                    codes[sl], scale[sl], resid[sl], norm[sl] = blk.codes, blk.scale, blk.resid, blk.norm
-                self._codes, self._scale, self._err_k, self._err_n = codes, scale, resid, norm
+                self._codes = np.concatenate([self._blocks[provs[i].name].codes for i in dense])
+                self._wscale = np.concatenate([self._blocks[provs[i].name].scale * provs[i].score_dense_weight
+                                               for i in dense]).astype(np.float32)
             else:
-                dense = np.zeros((n, self.dim), np.float32)
-                for i in self.dense_providers:
-                    dense[self.offsets[i]:self.offsets[i + 1]] = states[i].embeddings
-                self._dense32 = dense
-        # keyword: stacked sparse weights (zero rows elsewhere)
-        self._kw = None
-        if self.kw_providers:
-            blocks = [states[i].keyword.weights if i in self.kw_providers
-                      else sparse.csc_matrix((int(sizes[i]), N_FEATURES)) for i in range(len(states))]
-            self._kw = sparse.vstack(blocks, format="csc")
+                self._dense32 = np.concatenate([states[i].embeddings for i in dense])
+        # keyword: the keyword providers' sparse weights stacked (in layout order)
+        kw = [i for i in self.layout if provs[i].uses_keyword]
+        kstarts = np.cumsum([0] + [sizes[i] for i in kw])
+        self.kw_rows = {i: slice(int(kstarts[j]), int(kstarts[j + 1])) for j, i in enumerate(kw)}
+        self._kw = sparse.vstack([states[i].keyword.weights for i in kw], format="csc") if kw else None
         self._encoders = {}
-        for i in self.dense_providers:
-            enc = self.providers[i].encoder
+        for i in dense:
+            enc = provs[i].encoder
             self._encoders.setdefault(id(enc), (enc, []))[1].append(i)
+        self._dense = dense
         self._key = key
         self.rebuilds += 1
 
@@ -191,71 +185,75 @@ class ProviderProbe:
         """Previews in provider order. ``goal_vector``: an already encoded goal (shared by all dense providers)."""
         self._ensure()
         if goal_vector is not None:
-            vecs = {i: np.asarray(goal_vector, np.float32) for i in self.dense_providers}
+            q = np.asarray(goal_vector, np.float32)
+            vecs = {i: q for i in self._dense}
         else:
             vecs = self.encode_goal(goal)
-        cols, counts = term_counts(goal) if self.kw_providers else (np.zeros(0, np.int32), np.zeros(0))
+        cols, counts = term_counts(goal) if self._kw is not None else (np.zeros(0, np.int32), np.zeros(0))
         return self._previews(vecs, cols, counts)
 
     def _previews(self, vecs: dict[int, np.ndarray], cols, counts) -> list[Preview]:
-        n, provs = self.n_total, self.providers
-        kw = np.zeros(n)
-        if self._kw is not None and len(cols):
-            kw = sparse_scores(self._kw, cols, counts)
-            z = np.ones(len(provs))
-            for i in self.kw_providers:
-                z[i] = self._blocks[provs[i].name].state.keyword.normalizer(cols, counts)
-            zr = z[self.row_provider]
-            kw = np.divide(kw, zr, out=np.zeros(n), where=zr > 0)
-        q = vecs[self.dense_providers[0]] if self.dense_providers else None
-        if len({id(v) for v in vecs.values()}) > 1:  # several encoders: the dense part per provider
-            return self._previews_exact(vecs, kw)
-        if q is None or self.dim == 0:
-            lower = upper = self.wk_rows * kw
-        elif self._codes is not None:
-            qc, qs, qr, qn = quantize_rows(q)
-            qcodes = _pad_cols(qc, self._codes.shape[1])[0]
-            approx = self._matmul(self._codes, qcodes).astype(np.float64) * (self._scale * qs[0])
-            err = self._err_k * np.linalg.norm(q) + self._err_n * qr[0] + _SLACK
-            base = self.wk_rows * kw
-            lower = self.wd_rows * (approx - err) + base
-            upper = self.wd_rows * (approx + err) + base
-        else:
-            dense = np.asarray(self._dense32 @ q, np.float64)
-            lower = upper = self.wd_rows * dense + self.wk_rows * kw
-        nonempty = [i for i in range(len(provs)) if self.offsets[i + 1] > self.offsets[i]]
+        provs = self.providers
         out = [Preview(p.name, 0.0, "", 0) for p in provs]
-        if not nonempty:
+        if not self.layout:
             return out
-        starts = self.offsets[nonempty]
-        seg_lb = np.full(len(provs), -np.inf)
-        seg_lb[nonempty] = np.maximum.reduceat(lower, starts)
-        cand = np.flatnonzero(upper >= seg_lb[self.row_provider])
-        cand_prov = self.row_provider[cand]
-        bounds = np.searchsorted(cand_prov, np.arange(len(provs) + 1))
-        for i in nonempty:
-            rows = cand[bounds[i]:bounds[i + 1]]
-            p, st = provs[i], self._blocks[provs[i].name].state
-            local = rows - self.offsets[i]
-            dense = (np.asarray(st.embeddings[local] @ q, np.float64) if p.uses_dense and q is not None
-                     else np.zeros(len(rows)))
-            exact = p.score_dense_weight * dense + p.keyword_weight * kw[rows]
-            j = int(np.argmax(exact))  # rows are ascending: ties go to the earlier item
-            out[i] = Preview(p.name, float(exact[j]), p.snippet(st.items[int(local[j])]), len(st.items))
+        # keyword scores (exact, float64) of every keyword provider: one sparse product
+        kw = np.zeros(0)
+        if self._kw is not None:
+            kw = sparse_scores(self._kw, cols, counts)
+            for i, sl in self.kw_rows.items():
+                z = self._blocks[provs[i].name].state.keyword.normalizer(cols, counts)
+                kw[sl] = kw[sl] / z if z > 0 else 0.0
+        qs = {id(v) for v in vecs.values()}
+        q = vecs[self._dense[0]] if self._dense else None
+        if len(qs) > 1:  # several encoders: no shared query vector; score each provider with its own
+            return self._previews_per_provider(vecs, kw)
+        # approximate combined scores c (float32) for every row, with a per-provider error bound
+        c = np.empty(self.n_rows, np.float32)
+        err = np.full(len(provs), _SLACK)
+        if self._codes is not None:
+            qc, qscale, qresid, _ = quantize_rows(q)
+            c[: self.n_dense] = self._matmul(self._codes, qc[0])
+            c[: self.n_dense] *= self._wscale
+            c[: self.n_dense] *= np.float32(qscale[0])
+            qnorm = float(np.linalg.norm(q))
+            for i in self._dense:
+                blk = self._blocks[provs[i].name]
+                err[i] += provs[i].score_dense_weight * (blk.max_resid * qnorm + blk.max_norm * float(qresid[0]))
+        elif self._dense32 is not None:
+            c[: self.n_dense] = self._dense32 @ q
+            c[: self.n_dense] *= np.repeat(np.float32([provs[i].score_dense_weight for i in self._dense]),
+                                           [self.rows[i].stop - self.rows[i].start for i in self._dense])
+        for i, ksl in self.kw_rows.items():
+            part = (provs[i].keyword_weight * kw[ksl]).astype(np.float32)
+            if provs[i].uses_dense:
+                c[self.rows[i]] += part
+            else:
+                c[self.rows[i]] = part
+        seg_max = np.maximum.reduceat(c, self.starts)  # one pass: each provider's best approximate score
+        for j, i in enumerate(self.layout):
+            p, sl = provs[i], self.rows[i]
+            st = self._blocks[p.name].state
+            local = np.flatnonzero(c[sl] >= seg_max[j] - 2.0 * err[i])  # only these can be the maximum
+            dense = (np.asarray(st.embeddings[local] @ q, np.float64) if p.uses_dense else np.zeros(len(local)))
+            kpart = kw[self.kw_rows[i]][local] if p.uses_keyword else np.zeros(len(local))
+            exact = p.score_dense_weight * dense + p.keyword_weight * kpart
+            b = int(np.argmax(exact))  # local is ascending: ties go to the earlier item
+            out[i] = Preview(p.name, float(exact[b]), p.snippet(st.items[int(local[b])]), len(st.items))
         return out
 
-    def _previews_exact(self, vecs, kw) -> list[Preview]:
+    def _previews_per_provider(self, vecs, kw) -> list[Preview]:
         out = []
         for i, p in enumerate(self.providers):
             st = self._blocks[p.name].state
             if not st.items:
                 out.append(Preview(p.name, 0.0, "", 0))
                 continue
-            sl = slice(self.offsets[i], self.offsets[i + 1])
             dense = np.asarray(st.embeddings @ vecs[i], np.float64) if p.uses_dense else np.zeros(len(st.items))
-            s = p.score_dense_weight * dense + p.keyword_weight * kw[sl]
-            j = int(np.argmax(s))
-            out.append(Preview(p.name, float(s[j]), p.snippet(st.items[j]), len(st.items)))
+            kpart = kw[self.kw_rows[i]] if p.uses_keyword else np.zeros(len(st.items))
+            s = p.score_dense_weight * dense + p.keyword_weight * kpart
+            b = int(np.argmax(s))
+            out.append(Preview(p.name, float(s[b]), p.snippet(st.items[b]), len(st.items)))
         return out
 
 

@@ -51,11 +51,10 @@ class Voyager(BaseProvider):
         if dropped:
             self._pending["truncated"] += 1
             self._pending["sentences_dropped"] += dropped
-        summary = self._limit(summary)
         if not summary:
             return list(items)
         outcome = "success" if trajectory.success else "failure"
-        text = f"Similar task: {trajectory.task.goal}\nOutcome: {outcome}\nSummary: {summary}"
+        text = self._limit(f"Similar task: {trajectory.task.goal}\nOutcome: {outcome}\nSummary: {summary}")
         return [*items, self._new_item(trajectory, trajectory.task.goal, text, summary=summary)]
 
 
