@@ -33,7 +33,6 @@ import csv
 import hashlib
 import io
 import json
-import math
 import os
 import sys
 import time
@@ -344,7 +343,8 @@ def pareto_plot(rows_by_split: dict[str, list[dict]], path, title: str = "Router
         for ai, key in enumerate(("t_mem", "t_e2e")):
             ax = axes[si][ai]
             for name in sorted({r["router"] for r in rows if r["system"] == "router"}):
-                rs = sorted((r for r in rows if r["system"] == "router" and r["router"] == name), key=lambda r: r["tau"])
+                rs = sorted((r for r in rows if r["system"] == "router" and r["router"] == name),
+                            key=lambda r: r["tau"])
                 ax.plot([r[key] for r in rs], [r["score"] for r in rs], marker="o", label=f"router ({name})")
                 for r in rs:
                     ax.annotate(f"{r['tau']:g}", (r[key], r["score"]), fontsize=7, xytext=(3, 3),
@@ -424,7 +424,8 @@ def select_questions(cfg: ProgressiveEvalConfig, episodes) -> dict[str, list[tup
                          f"{' ...' if len(by_id) > 12 else ''})")
     out = {}
     for split, ids in (("dev", cfg.dev_episodes), ("test", cfg.test_episodes)):
-        out[split] = [(by_id[e], qa) for e in ids for qa in sample_qa(by_id[e], cfg.max_questions_per_episode, cfg.seed)]
+        cap = cfg.max_questions_per_episode
+        out[split] = [(by_id[e], qa) for e in ids for qa in sample_qa(by_id[e], cap, cfg.seed)]
     return out
 
 
@@ -500,7 +501,7 @@ def _make_backend(spec: str, cfg: ProgressiveEvalConfig):
 def _load_routers(cfg: ProgressiveEvalConfig, backend) -> dict:
     """Base (untrained) and trained sufficiency routers; the base shares the answer model when it is the same."""
     from routers.base import ROUTER_CONFIG
-    from routers.models import TransformersBackend
+    from routers.models import TransformersBackend, resolve_causal_lm
     from routers.sufficiency import SufficiencyRouter
 
     base = cfg.router_base
@@ -510,7 +511,8 @@ def _load_routers(cfg: ProgressiveEvalConfig, backend) -> dict:
         base = cfg.answer_model
     routers = {}
     if not _is_none(base):
-        if isinstance(backend, TransformersBackend) and backend.model_name == base:
+        if isinstance(backend, TransformersBackend) and resolve_causal_lm(backend.model_name) == resolve_causal_lm(
+                base):
             model, tok = backend._load()
             routers[BASE] = SufficiencyRouter.from_model(model, tok, base_model=base)
         elif str(base).startswith("openai:"):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 from routers.memory.retrieval import HybridRetriever, render_context
@@ -143,15 +143,21 @@ def select_blocks(views: AlignedViews, hit_ids: Sequence[str], neighbours: int =
                   max_blocks: int | None = 8) -> tuple[list[int], list[int]]:
     """SelectBlocks(MapToBlocks(H_f), M): (anchor blocks, selected blocks), both in temporal order.
 
-    Anchors are the blocks holding a hit; each anchor brings the blocks up to ``neighbours`` positions
-    before and after it. At most ``max_blocks`` are kept, by priority: anchors in hit-rank order first,
-    then neighbours by distance (1 before 2), each distance in anchor priority order, before then after.
+    Each hit maps to one anchor, the block holding it nearest the block's centre (with overlapping blocks
+    a step can sit in two; the earlier wins a tie), so ten hits never claim twenty blocks. Each anchor
+    brings the blocks up to ``neighbours`` positions before and after it. At most ``max_blocks`` are
+    kept, by priority: anchors in hit-rank order first, then neighbours by distance (1 before 2), each
+    distance in anchor priority order, before then after.
     """
     anchors: list[int] = []
     for sid in hit_ids:
-        for b in views.step_to_blocks.get(sid, []):
-            if b not in anchors:
-                anchors.append(b)
+        holders = views.step_to_blocks.get(sid, [])
+        if not holders:
+            continue
+        index = views.episode.step(sid).index
+        b = min(holders, key=lambda b: (abs(index - (views.blocks[b].start + views.blocks[b].end - 1) / 2), b))
+        if b not in anchors:
+            anchors.append(b)
     priority = list(anchors)
     for d in range(1, max(neighbours, 0) + 1):
         for a in anchors:

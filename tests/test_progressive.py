@@ -154,8 +154,16 @@ def test_select_blocks_anchors_neighbours_and_bound():
     assert select_blocks(views, ["s12", "s1"], neighbours=1, max_blocks=3) == ([0, 3], [0, 2, 3])
     assert select_blocks(views, ["s12", "s1"], neighbours=3, max_blocks=1) == ([0, 3], [3])
     assert select_blocks(views, ["s29"], neighbours=1, max_blocks=8) == ([7], [6, 7])  # clipped at the end
-    overlapping = AlignedViews(lighthouse_episode(30), block_size=4, overlap=1)  # stride 3: s3 in blocks 0, 1
-    assert select_blocks(overlapping, ["s3"], neighbours=0, max_blocks=8) == ([0, 1], [0, 1])
+    # overlapping blocks of 5, stride 3: s3 and s4 sit in blocks 0 (steps 0-4, centre 2) and 1 (3-7, centre 5);
+    # each hit anchors only the block it is nearest the centre of (s6: block 1, centre 5, not 2, centre 8)
+    overlapping = AlignedViews(lighthouse_episode(30), block_size=5, overlap=2)
+    assert overlapping.step_to_blocks["s3"] == overlapping.step_to_blocks["s4"] == [0, 1]
+    assert select_blocks(overlapping, ["s3"], neighbours=0, max_blocks=8) == ([0], [0])
+    assert select_blocks(overlapping, ["s4"], neighbours=0, max_blocks=8) == ([1], [1])
+    assert select_blocks(overlapping, ["s6"], neighbours=0, max_blocks=8) == ([1], [1])
+    assert select_blocks(overlapping, ["s4", "s3", "s5"], neighbours=1, max_blocks=8) == ([0, 1], [0, 1, 2])
+    tie = AlignedViews(lighthouse_episode(30), block_size=4, overlap=1)  # s3: 1.5 from both centres
+    assert tie.step_to_blocks["s3"] == [0, 1] and select_blocks(tie, ["s3"], neighbours=0) == ([0], [0])
     assert select_blocks(views, [], neighbours=1) == ([], [])
 
 
@@ -266,7 +274,8 @@ def test_backend_failure_is_counted_run_continues_and_resumes(tmp_path, locomo_e
     bad = selection["dev"][0][1]
     backend = FakeBackend(fail_on=f"Question: {bad.question}\n")
     m = ev.run(cfg, backend=backend, routers={"base": FakeRouter()})
-    assert [f["qa_id"] for f in m["failures"]] == [bad.qa_id] and "injected backend failure" in m["failures"][0]["error"]
+    assert [f["qa_id"] for f in m["failures"]] == [bad.qa_id]
+    assert "injected backend failure" in m["failures"][0]["error"]
     assert sum(any(f"Question: {bad.question}\n" in u for u in c) for c in backend.calls) == 2  # 1 try + 1 retry
     assert m["stats"]["dev"]["n_failed"] == 1 and m["stats"]["dev"]["n_ok"] == 1 and m["stats"]["test"]["n_ok"] == 2
     dev_rows = [r for r in m["rows"] if r["split"] == "dev"]
