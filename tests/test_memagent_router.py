@@ -266,7 +266,7 @@ def test_cached_scores_match_full_forward(tiny_llama_dir, one_torch_thread):
 
     model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir).eval()
     tok = AutoTokenizer.from_pretrained(tiny_llama_dir)
-    router = MemAgentRouter.from_model(model, tok, max_batch_tokens=600)  # forces several candidate chunks
+    router = MemAgentRouter.from_model(model, tok, max_batch_tokens=8)  # forces several packed forwards
     options, scores = router.score_begin(GOALS[0], [Preview("AWM", 0.5, "open fridge", 2)], PROVIDERS)
     assert options == [None, *PROVIDERS] and scores.shape == (6,)
     prompt = P.begin_messages(GOALS[0], [Preview("AWM", 0.5, "open fridge", 2)], PROVIDERS)

@@ -6,8 +6,9 @@ small model always returns a valid option:
 * the candidates' token sequences are exactly what SFT trained on (TRL prompt-completion: chat template
   with the generation prompt, then the assistant turn; the completion is everything after the common
   prefix), and a candidate's score is the summed log-probability of its completion tokens;
-* the shared prompt prefix runs once (KV cache), then all candidate suffixes run in one batched
-  forward (split only when the copied cache would exceed ``max_batch_tokens`` rows x tokens).
+* the shared prompt prefix runs once (KV cache), then all candidate suffixes run in one forward,
+  packed into one row with a tree attention mask (each candidate sees the prefix and itself), so the
+  prefix cache is never replicated per candidate.
 
 Begin: argmax over ``None`` + every provider. In: p(Query) = softmax over {Query, NoOp} >= ``in_threshold``.
 End: **per-provider yes/no** (one question per provider, the same End body, all in the same batched
@@ -18,7 +19,6 @@ expands each End record (``train.memagent`` turns a chosen subset into one yes/n
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import time
@@ -66,10 +66,29 @@ def encode_candidates(tokenizer, prompt: Sequence[dict], completions: Sequence[s
     return out
 
 
+def _tree_mask(lengths: Sequence[int], shared: int, dtype) -> torch.Tensor:
+    """Additive 4D mask: every candidate token sees the shared prefix and the earlier tokens of its own candidate."""
+    total = sum(lengths)
+    mask = torch.full((1, 1, total, shared + total), torch.finfo(dtype).min, dtype=dtype)
+    mask[..., :shared] = 0
+    offset = 0
+    for n in lengths:
+        block = torch.triu(torch.full((n, n), torch.finfo(dtype).min, dtype=dtype), diagonal=1)
+        mask[0, 0, offset:offset + n, shared + offset:shared + offset + n] = block
+        offset += n
+    return mask
+
+
 @torch.inference_mode()
-def sequence_log_probs(model, sequences: Sequence[Sequence[int]], starts: Sequence[int], pad_id: int,
-                       max_batch_tokens: int = 16384) -> torch.Tensor:
-    """sum_{j >= start} log p(x_j | x_<j) per sequence (float32), sharing the common prefix through the KV cache."""
+def sequence_log_probs(model, sequences: Sequence[Sequence[int]], starts: Sequence[int],
+                       max_batch_tokens: int = 4096) -> torch.Tensor:
+    """sum_{j >= start} log p(x_j | x_<j) per sequence (float32).
+
+    The common prefix runs once into a KV cache (batch 1); all candidate suffixes then run in one
+    forward as a single packed row with a tree-shaped attention mask and their own position ids, so the
+    prefix's cache is shared, never copied per candidate. Candidates are split into several forwards only
+    when their suffixes exceed ``max_batch_tokens`` together (the cache is cropped back in between).
+    """
     if not sequences:
         return torch.zeros(0)
     lcp = len(sequences[0])
@@ -79,34 +98,40 @@ def sequence_log_probs(model, sequences: Sequence[Sequence[int]], starts: Sequen
     if shared < 1:
         raise ValueError("candidates share no prompt prefix")
     device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
     out = model(input_ids=torch.tensor([list(sequences[0][:shared])], device=device), use_cache=True,
                 logits_to_keep=1)
-    first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
+    first = torch.log_softmax(out.logits[0, -1].float(), dim=-1).cpu()
     cache = out.cache
     scores = torch.zeros(len(sequences))
-    width_all = max(len(s) for s in sequences) - shared
-    chunk = max(1, max_batch_tokens // (shared + width_all))
-    for lo in range(0, len(sequences), chunk):
-        idx = list(range(lo, min(lo + chunk, len(sequences))))
+    chunks, current, size = [], [], 0
+    for i, seq in enumerate(sequences):
+        n = len(seq) - shared
+        if current and size + n > max_batch_tokens:
+            chunks.append(current)
+            current, size = [], 0
+        current.append(i)
+        size += n
+    chunks.append(current)
+    for idx in chunks:
         sufs = [list(sequences[i][shared:]) for i in idx]
-        width = max(len(s) for s in sufs)
-        ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(idx), shared + width), dtype=torch.long)
-        mask[:, :shared] = 1
-        for r, s in enumerate(sufs):
-            ids[r, :len(s)] = torch.tensor(s, dtype=torch.long)
-            mask[r, shared:shared + len(s)] = 1
-        kv = copy.deepcopy(cache)
-        kv.batch_repeat_interleave(len(idx))
-        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), cache=kv,
-                       use_cache=True).logits
-        logp = torch.log_softmax(logits.float(), dim=-1).cpu()
-        for r, i in enumerate(idx):
-            seq, total = sequences[i], torch.zeros((), dtype=torch.float32)
+        lengths = [len(x) for x in sufs]
+        ids = torch.tensor([[t for x in sufs for t in x]], device=device)
+        pos = torch.tensor([[shared + j for n in lengths for j in range(n)]], device=device)
+        mask = _tree_mask(lengths, shared, dtype).to(device)
+        logits = model(input_ids=ids, position_ids=pos, attention_mask=mask, cache=cache, use_cache=True).logits
+        extra = cache.get_seq_length() - shared
+        if extra > 0:
+            cache.crop(-extra)  # drop this chunk's tokens: the next chunk sees only the prefix
+        logp = torch.log_softmax(logits[0].float(), dim=-1).cpu()
+        offset = 0
+        for i, n in zip(idx, lengths):
+            seq, total = sequences[i], 0.0
             for j in range(starts[i], len(seq)):
-                row = first if j == shared else logp[r, j - shared - 1]
-                total = total + row[seq[j]].cpu()
+                row = first if j == shared else logp[offset + j - shared - 1]
+                total += float(row[seq[j]])
             scores[i] = total
+            offset += n
     return scores
 
 
@@ -115,7 +140,7 @@ class MemAgentConfig:
     in_threshold: float = 0.5
     end_threshold: float = 0.5
     max_input_tokens: int = 4096          # longer prompts fall back: Begin None, In NoOp, End store nothing
-    max_batch_tokens: int = 16384         # rows x tokens per candidate forward (bounds the copied KV cache)
+    max_batch_tokens: int = 4096          # candidate suffix tokens per packed forward
     end_mode: str = "per_provider"
     provider_names: list[str] = field(default_factory=list)   # the pool the router was trained on (informative)
     base_model: str | None = None
@@ -186,10 +211,6 @@ class MemAgentRouter:
         return cls(model, tok, cfg, calibration)
 
     # -- scoring -------------------------------------------------------------------------------------
-    def _pad_id(self) -> int:
-        pad = self.tokenizer.pad_token_id
-        return pad if pad is not None else (self.tokenizer.eos_token_id or 0)
-
     def score_candidates(self, items: Sequence[tuple[Sequence[dict], Sequence[str]]], phase: str) -> torch.Tensor | None:
         """Completion log-probabilities for every (prompt, completions) pair, flattened in order.
 
@@ -205,7 +226,7 @@ class MemAgentRouter:
         if longest > self.config.max_input_tokens:
             scores = None
         else:
-            scores = sequence_log_probs(self.model, seqs, starts, self._pad_id(), self.config.max_batch_tokens)
+            scores = sequence_log_probs(self.model, seqs, starts, self.config.max_batch_tokens)
         self.timings.append({"phase": phase, "seconds": time.perf_counter() - t0, "candidates": len(seqs),
                              "prompt_tokens": longest, "over_budget": scores is None})
         return scores
