@@ -23,6 +23,7 @@ item count must be identical, the score equal (``agreement``). Nothing here asse
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -153,6 +154,7 @@ def bench_memagent_probe(cfg=None, records=None, device: str = "cpu", n_memories
         vecs.append(enc.encode([g])[0])
         enc_times.append(time.perf_counter() - t0)
 
+    load_before = os.getloadavg() if hasattr(os, "getloadavg") else None
     probe = ProviderProbe(providers)
     t0 = time.perf_counter()
     probe.probe(goals[-1], goal_vector=vecs[-1])  # builds the cache
@@ -178,6 +180,7 @@ def bench_memagent_probe(cfg=None, records=None, device: str = "cpu", n_memories
     probe.probe(goals[0], goal_vector=vecs[0])
     rebuild_s = time.perf_counter() - t0
 
+    load_after = os.getloadavg() if hasattr(os, "getloadavg") else None
     fs, ss, es = _summary(fast), _summary(slow), _summary(enc_times[:-1])
     total = n_memories * len(PROVIDER_NAMES)
     result = {
@@ -195,6 +198,8 @@ def bench_memagent_probe(cfg=None, records=None, device: str = "cpu", n_memories
         "loop_baseline": {**ss, "queries": len(slow),
                           "method": "for each provider: its key matrix @ goal (+ its keyword index), argmax"},
         "agreement": {"identical": f"{agree}/{len(fast)}", "max_score_diff": max_diff},
+        "load_average": {"before": load_before, "after": load_after,
+                         "note": "1/5/15-minute load averages; timings on a shared machine vary with them"},
         "timing_includes": "probe: tokenizing the goal, the int8 product, bounds, segment max, exact re-scoring, "
                            "snippets (the goal vector is given); encoding is in query_encoder",
         "figures": [

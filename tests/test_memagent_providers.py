@@ -179,6 +179,11 @@ def test_expel_operations_update_votes_and_remove():
     p.store(trajectory(1, GOALS[1], success=False))
     assert [(it.item_id, it.text, it.meta["votes"]) for it in p.items] == [
         ("expel-000000", "Always inspect the oven and the apple first", 4)]
+    # the edited key was re-indexed: same scores as an index built from scratch
+    fresh = KeywordIndex.from_texts([it.key for it in p.items], "tfidf")
+    q = term_counts("inspect the oven")
+    np.testing.assert_array_equal(p.state.keyword.scores(*q), fresh.scores(*q))
+    assert p.state.embeddings.shape == (1, 256) and p.probe("inspect the oven").snippet.startswith("Always inspect")
     p.llm = Ops("DOWNVOTE 1\nDOWNVOTE 1")
     p.store(trajectory(2, GOALS[2], success=False))
     assert p.items[0].meta["votes"] == 2
@@ -418,3 +423,18 @@ def test_bench_memagent_probe_small():
     assert budget["baseline"] == 0.010 and budget["target"]["text"] == "ratio <= 1"
     assert res["memories"]["total"] == 13 * 200 and res["memories"]["keyword_providers"] == [
         "expel", "agent_kb", "mobile_e"]
+
+
+@pytest.mark.slow
+def test_real_minilm_retrieval_and_probe():
+    providers = build_providers(llm=ScriptedLLM())  # default encoder: all-MiniLM-L6-v2
+    for i, g in enumerate(GOALS):
+        assert store_all(providers, trajectory(i, g), list(providers)).ok
+    assert providers["voyager"].state.embeddings.shape == (4, 384)
+    paraphrase = "bake the red apple using the oven"
+    for name in ("voyager", "dilu", "memp", "agent_kb"):
+        first = providers[name].retrieve(paraphrase).item_ids[0]
+        assert next(it for it in providers[name].items if it.item_id == first).source_task_id == "t0", name
+    got, ref = ProviderProbe(providers).probe(paraphrase), probe_loop(providers, paraphrase)
+    assert [(x.provider, x.snippet) for x in got] == [(x.provider, x.snippet) for x in ref]
+    np.testing.assert_allclose([x.score for x in got], [x.score for x in ref], atol=1e-6)

@@ -90,8 +90,7 @@ class KeywordIndex:
         self.counts = counts.tocsr()
         n = self.counts.shape[0]
         self.n_docs = n
-        df = np.bincount(self.counts.indices, minlength=N_FEATURES) if n else np.zeros(N_FEATURES, np.int64)
-        self._df = df
+        df = np.bincount(self.counts.indices, minlength=N_FEATURES)
         rows = np.repeat(np.arange(n), np.diff(self.counts.indptr))
         tf = self.counts.data
         cols = self.counts.indices
@@ -107,6 +106,8 @@ class KeywordIndex:
             v = v / np.where(row_norm[rows] > 0, row_norm[rows], 1.0)
             data = v * self._idf(df[cols])  # the query's idf folded in: W[:, cols] @ c = doc . (c * idf)
         self.weights = sparse.csr_matrix((data, cols, self.counts.indptr), shape=self.counts.shape).tocsc()
+        # document frequencies = entries per column (every stored weight is > 0): no separate df array kept
+        self._colptr = self.weights.indptr
 
     @classmethod
     def from_texts(cls, texts, kind: str = "bm25", **kw) -> "KeywordIndex":
@@ -127,7 +128,7 @@ class KeywordIndex:
         """The per-query divisor ``z`` (0 when no query term can match)."""
         if len(cols) == 0 or self.n_docs == 0:
             return 0.0
-        df = self._df[cols]
+        df = self._colptr[cols + 1] - self._colptr[cols]
         if self.kind == "bm25":
             return float(np.sum(counts * self._idf(df) * (self.k1 + 1.0)))
         seen = df > 0

@@ -44,16 +44,20 @@ _SLACK = 1e-4  # >> float32 rounding of a 384-term dot product of unit vectors
 
 
 def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """int8 codes, per-row scale, residual norm |x - s c| and norm |s c| (all float64 but the codes)."""
+    """Per-row symmetric int8 quantization: codes ``c``, scale ``s``, residual norm ``|x - s c|`` and ``|s c|``.
+
+    Computed in float32 (their rounding, ~1e-7, is far inside the probe's slack)."""
     x = np.asarray(x, np.float32)
     if x.ndim == 1:
         x = x[None, :]
     amax = np.abs(x).max(axis=1) if x.size else np.zeros(len(x), np.float32)
-    scale = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float64)
-    codes = np.clip(np.rint(x / scale[:, None]), -127, 127).astype(np.int8)
-    approx = codes.astype(np.float64) * scale[:, None]
-    resid = np.linalg.norm(x.astype(np.float64) - approx, axis=1)
-    norm = np.linalg.norm(approx, axis=1)
+    scale = np.where(amax > 0, amax / np.float32(127.0), np.float32(1.0)).astype(np.float32)
+    codes = np.rint(x / scale[:, None]).astype(np.int8)  # |x / s| <= 127 by construction
+    approx = codes.astype(np.float32)
+    approx *= scale[:, None]
+    norm = np.sqrt(np.einsum("ij,ij->i", approx, approx))
+    approx -= x
+    resid = np.sqrt(np.einsum("ij,ij->i", approx, approx))
     return codes, scale, resid, norm
 
 
@@ -94,6 +98,8 @@ class _Block:
     state: ProviderState
     codes: np.ndarray | None = None   # (n, dim) int8
     scale: np.ndarray | None = None   # (n,) per-row scale
+    resid: np.ndarray | None = None   # (n,) |k - s c|
+    norm: np.ndarray | None = None    # (n,) |s c|
     max_resid: float = 0.0            # max |k - s c| over rows
     max_norm: float = 0.0             # max |s c| over rows
 
@@ -137,11 +143,7 @@ class ProviderProbe:
             blk = self._blocks.get(p.name)
             if blk is not None and blk.state is st:
                 continue
-            blk = _Block(st)
-            if self.quantized and p.uses_dense and len(st.items):
-                codes, blk.scale, resid, norm = quantize_rows(st.embeddings)
-                blk.codes, blk.max_resid, blk.max_norm = codes, float(resid.max()), float(norm.max())
-            self._blocks[p.name] = blk
+            self._blocks[p.name] = self._quantize(p, st, blk)
         # row layout: providers with a dense part first (their rows are the matrix), then keyword-only ones
         kw_only = [i for i, p in enumerate(provs) if not p.uses_dense and sizes[i]]
         self.layout = dense + kw_only
@@ -153,8 +155,8 @@ class ProviderProbe:
         if dense:
             if self.quantized:
                 self._codes = np.concatenate([self._blocks[provs[i].name].codes for i in dense])
-                self._wscale = np.concatenate([self._blocks[provs[i].name].scale * provs[i].score_dense_weight
-                                               for i in dense]).astype(np.float32)
+                self._wscale = np.concatenate([self._blocks[provs[i].name].scale
+                                               * np.float32(provs[i].score_dense_weight) for i in dense])
             else:
                 self._dense32 = np.concatenate([states[i].embeddings for i in dense])
         # keyword: the keyword providers' sparse weights stacked (in layout order)
@@ -169,6 +171,29 @@ class ProviderProbe:
         self._dense = dense
         self._key = key
         self.rebuilds += 1
+
+    def _quantize(self, p: BaseProvider, st: ProviderState, old: _Block | None) -> _Block:
+        """A provider's block; rows whose item (id and key) is unchanged since ``old`` reuse their codes
+        (``store`` keeps their embeddings bit for bit), so a store re-quantizes only what it wrote."""
+        blk = _Block(st)
+        if not (self.quantized and p.uses_dense and len(st.items)):
+            return blk
+        n, dim = st.embeddings.shape
+        codes, scale = np.empty((n, dim), np.int8), np.empty(n, np.float32)
+        resid, norm = np.empty(n, np.float32), np.empty(n, np.float32)
+        todo = np.arange(n)
+        if old is not None and old.codes is not None and old.codes.shape[1] == dim:
+            pos = {(it.item_id, it.key): r for r, it in enumerate(old.state.items)}
+            src = np.array([pos.get((it.item_id, it.key), -1) for it in st.items], np.int64)
+            keep = np.flatnonzero(src >= 0)
+            codes[keep], scale[keep] = old.codes[src[keep]], old.scale[src[keep]]
+            resid[keep], norm[keep] = old.resid[src[keep]], old.norm[src[keep]]
+            todo = np.flatnonzero(src < 0)
+        if len(todo):
+            codes[todo], scale[todo], resid[todo], norm[todo] = quantize_rows(st.embeddings[todo])
+        blk.codes, blk.scale, blk.resid, blk.norm = codes, scale, resid, norm
+        blk.max_resid, blk.max_norm = float(resid.max()), float(norm.max())
+        return blk
 
     # -- probing ---------------------------------------------------------------------------------------
     def encode_goal(self, goal: str) -> dict[int, np.ndarray]:
