@@ -603,3 +603,34 @@ def test_cli_registers_memagent_jobs():
     assert JOBS["train"]["memagent"] == "train.memagent:main"
     assert JOBS["export"]["memagent"] == "train.memagent:export_main"
     assert JOBS["eval"]["memagent"] == "eval.memagent:main"
+
+
+# -- real SmolLM2 (slow) -------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_smollm2_begin_scores_match_full_forward_on_thirteen_providers():
+    import torch
+
+    from routers.memagent.providers import PROVIDER_NAMES, build_providers
+    from routers.memagent.router import MemAgentRouter, chat_ids, encode_candidates
+
+    class UnusedEncoder:  # only descriptions are needed: nothing is encoded here
+        def encode(self, texts):
+            raise AssertionError("not used")
+
+    providers = build_providers(encoder=UnusedEncoder())
+    previews = [Preview(n, 0.3 + 0.02 * i, "Earlier: took the knife, sliced the potato, fried it, ate the meal.", 4 + i)
+                for i, n in enumerate(PROVIDER_NAMES)]
+    router = MemAgentRouter.from_base("smollm2", device="cpu")
+    options, scores = router.score_begin(GOALS[2], previews, providers)
+    assert len(options) == 14 and router.timings[-1]["prompt_tokens"] > 1000
+    prompt = P.begin_messages(GOALS[2], previews, providers)
+    cands = encode_candidates(router.tokenizer, prompt, [P.begin_completion(o) for o in options])
+    ids_all = chat_ids(router.tokenizer, prompt, add_generation_prompt=True)
+    with torch.inference_mode():
+        for (ids, start), s in list(zip(cands, scores))[:3]:
+            assert ids[:start] == ids_all
+            logp = torch.log_softmax(router.model(torch.tensor([ids])).logits[0].float(), dim=-1)
+            assert abs(float(s) - sum(float(logp[j - 1, ids[j]]) for j in range(start, len(ids)))) < 1e-3
+    traj = make_trajectory(n_steps=20)
+    p = router.score_end(traj, providers)
+    assert p.shape == (13,) and bool(((p > 0) & (p < 1)).all())

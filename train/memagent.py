@@ -35,7 +35,8 @@ class MemAgentSFTConfig(SFTConfig):
     """trl.SFTConfig plus the model, LoRA, data-mixing and export options."""
 
     model_name_or_path: str = field(default=DEFAULT_CAUSAL_LM, metadata={"help": "HF id, local path or 'smollm2'"})
-    begin_file: str | None = "outputs/memagent_data/begin.jsonl"
+    begin_file: str | None = field(default="outputs/memagent_data/begin.jsonl",
+                                   metadata={"help": "Begin records; 'none' leaves the phase out (same for in/end)"})
     in_file: str | None = "outputs/memagent_data/in.jsonl"
     end_file: str | None = "outputs/memagent_data/end.jsonl"
     max_begin_samples: int | None = None
@@ -131,7 +132,7 @@ def build_rows(cfg: MemAgentSFTConfig, tokenizer) -> tuple[list[dict], dict]:
     rng = random.Random(cfg.seed)
     mixed, summary = [], {}
     for phase in PHASES:
-        if not files[phase]:
+        if not files[phase] or str(files[phase]).lower() == "none":  # a phase can be left out
             continue
         if not Path(files[phase]).exists():
             raise FileNotFoundError(f"{phase} file not found: {files[phase]}")
