@@ -20,6 +20,9 @@ Ties are broken by temporal order everywhere. Metrics (multi-positive aware, mea
 Writes ``metrics.json`` (config, machine, versions, data, per-system metrics, per-category Recall@5,
 deltas vs the baselines, targets), ``metrics.csv``, ``retrieval_metrics.png``, ``rankings.jsonl`` (top 10
 per question and system) and ``resolved_config.yaml`` into ``output_dir``; every file atomically.
+``ranking_cache.jsonl`` keeps each question's top 10 as soon as its episode is ranked, keyed by system +
+encoder identity + question id + input hash (eval/score_cache.py): a killed run, rerun with the same
+command, ranks only what is missing and writes the same metrics (``--resume false``: rank everything).
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ class RetrievalEvalConfig:
     max_queries: int | None = None
     batch_size: int = 64
     output_dir: str = "results/retriever_eval"
+    resume: bool = field(default=True, metadata={
+        "help": "Reuse the rankings in output_dir/ranking_cache.jsonl (same encoder, same questions); false re-ranks."})
 
 
 # -- metrics -----------------------------------------------------------------------------------------------
@@ -123,11 +128,15 @@ def _load_episodes(cfg: RetrievalEvalConfig):
     return episodes, stats
 
 
-def evaluate_systems(cfg: RetrievalEvalConfig, episodes, encoders: Mapping[str, object]) -> tuple[dict, list[dict]]:
+def evaluate_systems(cfg: RetrievalEvalConfig, episodes, encoders: Mapping[str, object], cache=None,
+                     identities: Mapping[str, str | None] | None = None) -> tuple[dict, list[dict]]:
     """Rank every question's episode with every system; returns (per-system results, rankings rows).
 
     ``encoders``: {"base": model, "trained": model}, objects with a sentence-transformers ``encode``.
+    ``cache`` (a :class:`eval.score_cache.ResultCache`) holds top-10 lists per question; a system is
+    cached only when ``identities`` names its encoder ("base"/"trained"; BM25 always).
     """
+    from eval.score_cache import content_hash
     from routers.memory.index import VectorIndex
     from routers.memory.retrieval import HybridRetriever
 
@@ -151,11 +160,20 @@ def evaluate_systems(cfg: RetrievalEvalConfig, episodes, encoders: Mapping[str, 
         by_ep: dict[str, list] = defaultdict(list)
         for ep, qa in pairs:
             by_ep[ep.episode_id].append((ep, qa))
+        ident = "bm25" if kind == "bm25" else (identities or {}).get(enc_name)
+        system_key = f"{system}:{ident}:dense_weight={cfg.dense_weight if kind == 'hybrid' else None}" if ident else None
         for group in by_ep.values():
             ep = group[0][0]
             ids = [s.step_id for s in ep.steps]
             questions = [qa.question for _, qa in group]
-            if kind == "dense":
+            keys = None
+            if cache is not None and system_key:
+                ep_hash = content_hash(ids, [s.render() for s in ep.steps])
+                keys = [cache.key(system_key, qa.qa_id, qa.question, ep_hash) for _, qa in group]
+            hit = keys is not None and all(k in cache for k in keys)
+            if hit:
+                ranked_all = [list(cache.get(k)["top10"]) for k in keys]
+            elif kind == "dense":
                 emb = encoder.encode([s.render() for s in ep.steps], batch_size=cfg.batch_size, normalize_embeddings=True,
                                      convert_to_numpy=True, show_progress_bar=False)
                 index = VectorIndex.from_embeddings(ids, emb)
@@ -167,6 +185,9 @@ def evaluate_systems(cfg: RetrievalEvalConfig, episodes, encoders: Mapping[str, 
                 q = retriever.encode_queries(questions) if kind == "hybrid" else [None] * len(questions)
                 ranked_all = [rank_by_scores(retriever.scores(question, ep, query_embedding=qe)[0], ids)
                               for question, qe in zip(questions, q)]
+            if keys is not None and not hit:  # one record per question, as soon as its episode is ranked
+                for key, (_, qa), ranked in zip(keys, group, ranked_all):
+                    cache.put({"key": key, "system": system, "qa_id": qa.qa_id, "top10": ranked})
             for (_, qa), ranked in zip(group, ranked_all):
                 rankings.append(ranked)
                 relevants.append(set(qa.evidence))
@@ -253,16 +274,28 @@ def run(cfg: RetrievalEvalConfig, encoders: Mapping[str, object] | None = None) 
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     episodes, load_stats = _load_episodes(cfg)
+    identities: dict[str, str | None] = {}
     if encoders is None:
+        from eval.score_cache import model_identity
+        from routers.models import resolve_encoder
+
         encoders = {}
         if any(s in cfg.systems for s in ("base", "hybrid_base")):
             encoders["base"] = load_encoder(cfg.base_encoder)
+            identities["base"] = model_identity(resolve_encoder(cfg.base_encoder))
         trained = cfg.trained_encoder
         if trained and trained.lower() != "none" and any(s in cfg.systems for s in ("trained", "hybrid_trained")):
             if not Path(trained).exists():
                 raise FileNotFoundError(f"trained_encoder {trained} does not exist (train one, or pass --trained_encoder none)")
             encoders["trained"] = load_encoder(trained)
-    results, rows = evaluate_systems(cfg, episodes, encoders)
+            identities["trained"] = model_identity(trained)
+    from eval.score_cache import ResultCache
+
+    with ResultCache(out / "ranking_cache.jsonl", fresh=not cfg.resume) as cache:
+        results, rows = evaluate_systems(cfg, episodes, encoders, cache, identities)
+        n_cached = cache.hits
+    if n_cached:
+        print(f"[eval retrieval] {n_cached} rankings reused from {out / 'ranking_cache.jsonl'}", file=sys.stderr)
     if not results:
         raise ValueError(f"no system could run: {cfg.systems} (is the trained/base encoder missing?)")
     columns = [f"recall@{k}" for k in cfg.ks] + [f"mrr@{CUTOFF}", f"ndcg@{CUTOFF}"]

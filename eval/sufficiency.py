@@ -6,6 +6,9 @@
 * ``metrics.json``: config, library versions, machine, per-model AUROC/AP/Brier/ECE, per-tau rows,
   timing (seconds per sample, scoring only), calibration;
 * ``scores.jsonl``: id, label, variant, ``base`` and ``trained`` scores (null = over input budget);
+* ``score_cache.jsonl``: every score as soon as its batch is done, keyed by model identity + sample id
+  + input hash (eval/score_cache.py): a killed evaluation rerun with the same command scores only
+  what is missing and ends with the same files as an uninterrupted run (``--resume false``: rescore);
 * ``calibration.json`` (also into the router export unless ``--no_write_calibration_to_router``);
 * ``reliability.png``, ``early_termination.png``, ``resolved_config.yaml``.
 
@@ -55,6 +58,9 @@ class SufficiencyEvalConfig:
     batch_size: int = field(default=8, metadata={"help": "Scoring batch size."})
     write_calibration_to_router: bool = field(default=True, metadata={
         "help": "Also write calibration.json into the router export (its threshold becomes the default tau)."})
+    resume: bool = field(default=True, metadata={
+        "help": "Reuse the per-sample scores in output_dir/score_cache.jsonl (same model, same sample text); "
+                "false rescores everything."})
 
 
 @dataclass
@@ -127,16 +133,53 @@ def machine_info() -> dict:
     return info
 
 
-def _score_with(load, questions, contexts, batch_size) -> tuple[np.ndarray, dict]:
-    """Load a router, score everything, free it. Timing covers scoring only (plus load separately)."""
+def score_records(router, records: list[dict], batch_size: int, cache=None, model_key: str | None = None,
+                  name: str = "") -> tuple[np.ndarray, int]:
+    """Scores in record order; returns (scores, number computed now). NaN = over the input budget.
+
+    Batches are fixed by the whole set (length-sorted, as ``router.score`` batches), not by what is
+    cached, so a resumed run feeds the model exactly the batches of an uninterrupted one and gets
+    bit-identical scores. A batch whose scores are all in ``cache`` is skipped; each computed score is
+    appended to the cache at once.
+    """
+    from tqdm.auto import tqdm
+
+    questions = [r["question"] for r in records]
+    contexts = [r["context"] for r in records]
+    lengths = [len(e) for e in router.encode(questions, contexts)]
+    order = sorted(range(len(records)), key=lambda i: lengths[i])
+    keys = ([cache.key(model_key, r["id"], r["question"], r["context"]) for r in records]
+            if cache is not None and model_key else None)
+    scores = np.full(len(records), math.nan)
+    computed = 0
+    for s in tqdm(range(0, len(order), batch_size), desc=f"score {name}".strip(), unit="batch", file=sys.stderr):
+        chunk = order[s:s + batch_size]
+        if keys is not None and all(keys[i] in cache for i in chunk):
+            for i in chunk:
+                v = cache.get(keys[i])["score"]
+                scores[i] = math.nan if v is None else float(v)
+            continue
+        out = router.score([questions[i] for i in chunk], [contexts[i] for i in chunk], batch_size=len(chunk))
+        for i, v in zip(chunk, out.numpy().astype(np.float64)):
+            scores[i] = v
+            if keys is not None:
+                cache.put({"key": keys[i], "model": name, "id": records[i]["id"], "score": finite_or_none(v)})
+        computed += len(chunk)
+    return scores, computed
+
+
+def _score_with(load, records, batch_size, cache=None, model_key=None, name="") -> tuple[np.ndarray, dict]:
+    """Load a router, score everything (cached scores are reused), free it. Timing covers scoring only."""
     t0 = time.perf_counter()
     router = load()
     t1 = time.perf_counter()
-    scores = router.score(questions, contexts, batch_size=batch_size, progress=True).numpy().astype(np.float64)
+    scores, computed = score_records(router, records, batch_size, cache, model_key, name)
     t2 = time.perf_counter()
     info = {"router_threshold": float(router.config.threshold), "max_input_tokens": router.config.max_input_tokens,
-            "device": str(next(router.model.parameters()).device),
-            "timing": {"load_s": t1 - t0, "score_s": t2 - t1, "seconds_per_sample": (t2 - t1) / len(questions)}}
+            "device": str(next(router.model.parameters()).device), "model_identity": model_key,
+            "timing": {"load_s": t1 - t0, "score_s": t2 - t1,
+                       "seconds_per_sample": (t2 - t1) / computed if computed else None,
+                       "scored": computed, "from_cache": len(records) - computed}}
     del router
     gc.collect()
     return scores, info
@@ -193,24 +236,31 @@ def main(argv=None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     records = load_eval_records(cfg.data, cfg.max_samples)
     labels = np.array([int(r["label"]) for r in records], dtype=np.int64)
-    questions = [r["question"] for r in records]
-    contexts = [r["context"] for r in records]
 
-    loaders = {}
+    from eval.score_cache import ResultCache, model_identity
+    from routers.models import resolve_causal_lm
+
+    loaders, identities = {}, {}
     if base_model:
         loaders[BASE] = lambda: SufficiencyRouter.from_base(base_model)
+        identities[BASE] = model_identity(resolve_causal_lm(base_model), kind="from_base")
     if cfg.router:
         loaders[TRAINED] = lambda: SufficiencyRouter.from_pretrained(cfg.router)
+        identities[TRAINED] = model_identity(cfg.router, kind="from_pretrained")
     scores: dict[str, np.ndarray] = {}
     models: dict[str, dict] = {}
+    cache = ResultCache(out / "score_cache.jsonl", fresh=not cfg.resume)
     for name, load in loaders.items():
         print(f"[eval] scoring {len(records)} samples with the {name} router", file=sys.stderr)
-        scores[name], info = _score_with(load, questions, contexts, cfg.batch_size)
+        scores[name], info = _score_with(load, records, cfg.batch_size, cache, identities[name], name)
+        if info["timing"]["from_cache"]:
+            print(f"[eval] {name}: {info['timing']['from_cache']} scores reused from {cache.path}", file=sys.stderr)
         m = binary_metrics(labels, scores[name], cfg.taus)
         m["at_0.5"] = threshold_metrics(labels, scores[name], 0.5)
         m["per_variant"] = _per_variant(records, scores[name], cfg.taus)
         m["source"] = base_model if name == BASE else str(cfg.router)
         models[name] = {**m, **info}
+    cache.close()
 
     primary = TRAINED if TRAINED in scores else BASE
     calibration = _calibrate(labels, scores[primary], cfg.target_precision, cfg.target_early_termination)
