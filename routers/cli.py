@@ -12,7 +12,8 @@ import sys
 # command -> target -> "module:function"
 JOBS = {
     "synth": {"sufficiency": "data_synthesis.sufficiency:main", "retriever": "data_synthesis.retriever:main",
-              "textworld": "data_synthesis.textworld_corpus:main"},
+              "textworld": "data_synthesis.textworld_corpus:main",
+              "forced-exploration": "data_synthesis.memagent:main"},
     "train": {"sufficiency": "train.sufficiency:main", "retriever": "train.retriever:main",
               "memagent": "train.memagent:main"},
     "export": {"sufficiency": "train.export:main", "retriever": "train.retriever:export_main",
@@ -32,6 +33,7 @@ commands:
   synth sufficiency      evidence-intervention samples from LoCoMo / HotpotQA
   synth retriever        multi-positive contrastive pairs from evidence labels (LoCoMo / HotpotQA / TextWorld)
   synth textworld        TextWorld cooking games played with noise -> trajectory QA with exact evidence steps
+  synth forced-exploration  MemAgent: Begin option x In policy rollouts per task -> begin/in/end.jsonl supervision
   train sufficiency      LoRA + grouped-token loss + distillation (or: accelerate launch -m train.sufficiency)
   train retriever        multi-positive InfoNCE on MiniLM (or: accelerate launch -m train.retriever)
   train memagent         SFT of the MemAgent Begin/In/End router (or: accelerate launch -m train.memagent)

@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -236,7 +237,9 @@ class TextWorldSuite:
         self.close()
         infos = textworld.EnvInfos(admissible_commands=True, won=True, lost=True, score=True, max_score=True,
                                    feedback=True)
-        self._env = textworld.start(game_file, request_infos=infos)
+        with warnings.catch_warnings():  # jericho cannot analyse TextWorld-built games: harmless here
+            warnings.filterwarnings("ignore", message=".*(not fully supported|unsupported game)")
+            self._env = textworld.start(game_file, request_infos=infos)
         self._env_file = game_file
         self._settings = dict(task.meta.get("settings") or {})
         self.steps_taken = 0
