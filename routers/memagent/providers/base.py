@@ -402,26 +402,20 @@ class BaseProvider:
             emb = _frozen(emb)
         kw = None
         if self.uses_keyword:
-            if old.keyword is not None and all(j >= 0 for j in reuse) and len(items) == len(old.items) \
-                    and reuse == list(range(len(items))):
-                kw = old.keyword
+            src = np.asarray(reuse, np.int64)
+            if old.keyword is not None and np.array_equal(src, np.arange(len(old.items))):
+                kw = old.keyword  # nothing added, removed, re-keyed or moved
             else:
                 from scipy import sparse
 
-                kept = [j for j in reuse if j >= 0]
-                rows = [term_counts(it.key) for it, j in zip(items, reuse) if j < 0]
-                parts = []
-                if old.keyword is not None and kept:
-                    parts.append(old.keyword.take(np.asarray(kept)))
-                if rows:
-                    parts.append(counts_matrix(rows))
+                kept = src >= 0  # unchanged keys keep their count rows; only new keys are tokenized
+                parts = [old.keyword.take(src[kept])] if kept.any() else []
+                if (~kept).any():
+                    parts.append(counts_matrix([term_counts(it.key) for it, k in zip(items, kept) if not k]))
                 mat = sparse.vstack(parts).tocsr() if parts else counts_matrix([])
-                # rows are [kept..., new...]; restore item order
-                order = np.empty(len(items), np.int64)
-                k_pos = iter(range(len(kept)))
-                n_pos = iter(range(len(kept), len(items)))
-                for r, j in enumerate(reuse):
-                    order[r] = next(k_pos) if j >= 0 else next(n_pos)
+                order = np.empty(len(items), np.int64)  # mat rows are [kept..., new...]: back to item order
+                order[kept] = np.arange(int(kept.sum()))
+                order[~kept] = int(kept.sum()) + np.arange(int((~kept).sum()))
                 kw = KeywordIndex(mat[order] if len(items) else mat, self.keyword_kind)
         return ProviderState(items=tuple(items), embeddings=emb, keyword=kw,
                              next_id=max(self._next_id, old.next_id), stats=dict(stats))
