@@ -39,23 +39,18 @@ EXPLORATION_FIELDS = ("task_id", "begin_provider", "in_policy", "success", "step
 class MemAgentEvalConfig:
     router: str | None = field(default="outputs/memagent_router/export", metadata={
         "help": "MemAgentRouter export directory; None/'none' = baseline rows only (no routed rollouts)."})
-    exploration_file: str = field(default="outputs/memagent_data/heldout/exploration.jsonl", metadata={
-        "help": "Held-out forced-exploration records (frozen stores): the baseline rows and the oracle."})
+    exploration_dir: str = field(default="outputs/memagent_data", metadata={
+        "help": "output_dir of `memroute synth forced-exploration`: heldout/exploration.jsonl (baselines), "
+                "heldout/tasks.jsonl (Begin memories), stores/ (frozen), manifest.json + resolved_config.yaml "
+                "(the environment, agent and providers the routed rollouts rebuild)"})
     output_dir: str = "results/memagent_eval"
-    baseline_in_policy: str = field(default="never", metadata={"help": "In policy of the baseline rows"})
+    baseline_in_policy: str = field(default="never", metadata={"help": "In policy of the main baseline rows"})
     max_tasks: int | None = None
-    # Routed rollouts: environment, task agent, frozen stores.
-    stores_dir: str = field(default="outputs/memagent_data/stores", metadata={"help": "frozen provider stores"})
-    providers: list[str] | None = field(default=None, metadata={"help": "provider subset; None = all in the stores"})
-    agent_model: str = "HuggingFaceTB/SmolLM2-135M-Instruct"
-    agent_dtype: str = "float32"
-    games_dir: str = "outputs/textworld_games"
-    n_train: int = 16
-    n_heldout: int = 8
-    env_seed: int = 0
-    max_steps: int = 30
-    encoder: str = "sentence-transformers/all-MiniLM-L6-v2"
-    llm: str = field(default="smollm2", metadata={"help": "LLM backend providers use at retrieval (Generative rerank)"})
+    providers: list[str] | None = field(default=None, metadata={
+        "help": "provider subset offered to the router; None = every provider explored"})
+    reuse_retrieved: bool = field(default=True, metadata={
+        "help": "inject the Begin memories recorded in heldout/tasks.jsonl (exactly what the baseline rollouts "
+                "saw); false = retrieve live from the frozen stores"})
     device: str | None = None
 
 
@@ -108,6 +103,18 @@ def load_outcomes(path: str, in_policy: str) -> tuple[dict[str, dict[str | None,
     return table, providers
 
 
+def load_all_outcomes(path: str) -> tuple[dict[str, dict], list[str]]:
+    """{in_policy: table} for every In policy in the file, and the provider pool (first-seen order)."""
+    policies: list[str] = []
+    for rec in read_jsonl(path, required=("in_policy",)):
+        if rec["in_policy"] not in policies:
+            policies.append(rec["in_policy"])
+    tables, pool = {}, []
+    for pol in policies:
+        tables[pol], pool = load_outcomes(path, pol)
+    return tables, pool
+
+
 def complete_tasks(table: Mapping[str, Mapping], options: Sequence[str | None]) -> list[str]:
     """Tasks that have a record for every option (only those enter the comparison)."""
     return [t for t, row in table.items() if all(o in row for o in options)]
@@ -125,7 +132,8 @@ def _mean(xs: Sequence[float]) -> float | None:
 def row_metrics(records: Sequence[Mapping]) -> dict:
     return {"tasks": len(records), "success_rate": _mean([float(r["success"]) for r in records]),
             "avg_steps": _mean([r["steps"] for r in records]),
-            "injected_tokens_per_task": _mean([r.get("injected_tokens", 0) for r in records])}
+            "injected_tokens_per_task": _mean([r.get("injected_tokens", 0) for r in records]),
+            "errors": sum(1 for r in records if r.get("error"))}
 
 
 def oracle_option(row: Mapping[str | None, Mapping], options: Sequence[str | None]) -> str | None:
@@ -146,7 +154,8 @@ def baseline_rows(table: Mapping[str, Mapping], options: Sequence[str | None], t
         "success_rate": _mean([sum(table[t][o]["success"] for o in options) / k for t in tasks]),
         "avg_steps": _mean([sum(table[t][o]["steps"] for o in options) / k for t in tasks]),
         "injected_tokens_per_task": _mean([sum(table[t][o].get("injected_tokens", 0) for o in options) / k
-                                           for t in tasks])}
+                                           for t in tasks]),
+        "errors": sum(1 for t in tasks for o in options if table[t][o].get("error"))}
     chosen = []
     for t in tasks:
         row = table[t]
@@ -222,35 +231,39 @@ def overhead(runs: Sequence[Mapping]) -> dict:
 
 def routed_metrics(runs: Sequence[Mapping]) -> dict:
     out = row_metrics(runs)
-    out.update({"errors": sum(1 for r in runs if r.get("error")),
-                "begin_injected_tokens_per_task": _mean([r["begin_tokens"] for r in runs]),
+    out.update({"begin_injected_tokens_per_task": _mean([r["begin_tokens"] for r in runs]),
                 "in_injected_tokens_per_task": _mean([r["in_tokens"] for r in runs]),
                 "in_queries_per_task": _mean([r["in_queries"] for r in runs]),
+                "in_query_rate": (sum(r["in_queries"] for r in runs) / sum(r.get("in_decisions", 0) for r in runs)
+                                  if sum(r.get("in_decisions", 0) for r in runs) else None),
                 "begin_choices": dict(Counter(option_label(r["begin_provider"]) for r in runs)),
                 "overhead": overhead(runs)})
     return out
 
 
 # -- routed rollouts ---------------------------------------------------------------------------------
-def routed_rollout(env, agent, task, providers: Mapping[str, Any], router, short_term=None, max_steps: int = 30,
-                   count_tokens: Callable[[str], int] | None = None, probe: Callable | None = None) -> dict:
+def routed_rollout(ctx: "RolloutContext", task, router) -> dict:
     """One held-out task with the router deciding Begin and In; timings split into probe / router / task.
 
-    ``probe(goal) -> previews`` (default: each provider's own ``probe``; the CLI passes the vectorized
-    ``ProviderProbe``); ``count_tokens`` defaults to whitespace words (the CLI: the agent's tokenizer).
+    ``ctx.probe(goal) -> previews`` (default: each provider's own ``probe``); ``ctx.count_tokens`` defaults
+    to whitespace words; ``ctx.memories`` (recorded Begin memories) are used instead of a live retrieve.
     """
     from routers.memagent.agent import run_episode
 
-    count_tokens = count_tokens or (lambda s: len(s.split()))
+    count_tokens = ctx.count_tokens or (lambda s: len(s.split()))
+    providers = ctx.providers
     t_task = time.perf_counter()
     t = time.perf_counter()
-    previews = probe(task.goal) if probe else [prov.probe(task.goal) for prov in providers.values()]
+    previews = ctx.probe(task.goal) if ctx.probe else [prov.probe(task.goal) for prov in providers.values()]
     probe_s = time.perf_counter() - t
     router_s = 0.0
     t = time.perf_counter()
     choice = router.begin(task.goal, previews, providers)
     router_s += time.perf_counter() - t
-    memory = providers[choice].retrieve(task.goal).text if choice is not None else ""
+    memory = ""
+    if choice is not None:
+        recorded = (ctx.memories or {}).get(task.task_id, {})
+        memory = recorded[choice] if choice in recorded else providers[choice].retrieve(task.goal).text
 
     def in_policy(task_, index, summary):
         nonlocal router_s
@@ -259,28 +272,28 @@ def routed_rollout(env, agent, task, providers: Mapping[str, Any], router, short
         router_s += time.perf_counter() - t0
         return decision
 
-    traj = run_episode(env, agent, task, begin_provider=choice, begin_memory=memory, in_policy=in_policy,
-                       short_term=short_term, max_steps=max_steps)
+    short_term = ctx.short_term_factory() if ctx.short_term_factory else None
+    traj = run_episode(ctx.env, ctx.agent, task, begin_provider=choice, begin_memory=memory, in_policy=in_policy,
+                       short_term=short_term, max_steps=ctx.max_steps)
     task_s = time.perf_counter() - t_task
     in_tokens = sum(count_tokens(s.injected) for s in traj.steps if s.injected)
     begin_tokens = count_tokens(memory) if memory else 0
     return {"task_id": task.task_id, "begin_provider": choice, "success": bool(traj.success),
             "steps": len(traj.steps), "begin_tokens": begin_tokens, "in_tokens": in_tokens,
             "injected_tokens": begin_tokens + in_tokens, "in_queries": sum(1 for s in traj.steps if s.injected),
-            "probe_s": probe_s, "router_s": router_s, "task_s": task_s, "error": traj.error}
+            "in_decisions": sum(1 for s in traj.steps if (s.meta or {}).get("stm")),
+            "probe_s": probe_s, "router_s": router_s, "task_s": task_s, "error": traj.error,
+            "trajectory": traj.to_dict()}
 
 
-def run_routed(tasks, env, agent, providers, router, out_path: str | Path, short_term_factory=None,
-               max_steps: int = 30, count_tokens=None, probe=None) -> list[dict]:
+def run_routed(tasks, ctx: "RolloutContext", router, out_path: str | Path) -> list[dict]:
     """Routed rollouts for ``tasks``, appended to ``out_path`` (rerunning skips tasks already there)."""
     from tqdm.auto import tqdm
 
     with ResumableJsonlWriter(out_path, key="task_id") as writer:
         for task in tqdm(tasks, desc="routed rollouts", unit="task"):
-            if task.task_id in writer:
-                continue
-            short_term = short_term_factory() if short_term_factory else None
-            writer.write(routed_rollout(env, agent, task, providers, router, short_term, max_steps, count_tokens, probe))
+            if task.task_id not in writer:
+                writer.write(routed_rollout(ctx, task, router))
     wanted = {t.task_id for t in tasks}
     return [r for r in read_jsonl(out_path) if r["task_id"] in wanted]
 
@@ -364,25 +377,57 @@ def begin_confusion_plot(confusion: Mapping, path: str | Path) -> Path:
     return _save_atomic(fig, path)
 
 
-def build_rollout_context(cfg: MemAgentEvalConfig, pool: Sequence[str]):
-    """(env, held-out tasks, agent, frozen providers, short-term factory, token counter, probe) for rollouts."""
-    from routers.memagent.agent import LMCommandAgent
-    from routers.memagent.providers import ProviderProbe, ShortTermMemory, build_providers, load_providers
-    from routers.memagent.textworld_env import TextWorldSuite
-    from routers.models import make_backend
+def exploration_config(exploration_dir: str | Path):
+    """The ForcedExplorationConfig the held-out records were made with (manifest fingerprint wins)."""
+    import json
 
-    env = TextWorldSuite(cache_dir=cfg.games_dir, n_train=cfg.n_train, n_heldout=cfg.n_heldout, seed=cfg.env_seed,
-                         max_steps=cfg.max_steps)
-    tasks = env.tasks("heldout", progress=True)
-    agent = LMCommandAgent.from_pretrained(cfg.agent_model, dtype=cfg.agent_dtype, device=cfg.device)
-    providers = build_providers(list(pool), encoder=cfg.encoder, llm=make_backend(cfg.llm))
-    load_providers(providers, cfg.stores_dir)  # frozen: nothing is stored during evaluation
-    tok = agent.tokenizer
+    import yaml
 
-    def count_tokens(text: str) -> int:
-        return len(tok.encode(text, add_special_tokens=False))
+    from data_synthesis.memagent import ForcedExplorationConfig
 
-    return env, tasks, agent, providers, ShortTermMemory, count_tokens, ProviderProbe(providers).probe
+    d = Path(exploration_dir)
+    raw = yaml.safe_load((d / "resolved_config.yaml").read_text()) if (d / "resolved_config.yaml").exists() else {}
+    if (d / "manifest.json").exists():
+        raw.update(json.loads((d / "manifest.json").read_text()).get("fingerprint", {}))
+    known = ForcedExplorationConfig.__dataclass_fields__
+    return ForcedExplorationConfig(**{k: v for k, v in (raw or {}).items() if k in known})
+
+
+@dataclass
+class RolloutContext:
+    env: Any
+    tasks: list
+    agent: Any
+    providers: dict
+    short_term_factory: Callable | None = None
+    count_tokens: Callable[[str], int] | None = None
+    probe: Callable | None = None
+    memories: dict | None = None        # {task_id: {provider: Begin memory text}} from heldout/tasks.jsonl
+    max_steps: int = 30
+
+
+def build_rollout_context(cfg: MemAgentEvalConfig, pool: Sequence[str]) -> RolloutContext:
+    """Environment, agent, short-term memory and frozen stores exactly as forced exploration built them."""
+    from data_synthesis.memagent import build_agent, build_env, build_providers_from, token_counter
+    from routers.memagent.providers import ProviderProbe, ShortTermMemory, load_providers
+
+    xcfg = exploration_config(cfg.exploration_dir)
+    xcfg.providers = list(pool)
+    if cfg.device is not None:
+        xcfg.device = cfg.device
+    env = build_env(xcfg)
+    agent = build_agent(xcfg)
+    providers = build_providers_from(xcfg)
+    load_providers(providers, Path(cfg.exploration_dir) / "stores")  # frozen: nothing is stored while evaluating
+    memories = None
+    tasks_file = Path(cfg.exploration_dir) / "heldout" / "tasks.jsonl"
+    if cfg.reuse_retrieved and tasks_file.exists():
+        memories = {r["task_id"]: {n: v.get("text", "") for n, v in r["retrieved"].items()}
+                    for r in read_jsonl(tasks_file, required=("task_id", "retrieved"))}
+    return RolloutContext(env=env, tasks=env.tasks("heldout"), agent=agent, providers=providers,
+                          short_term_factory=lambda: ShortTermMemory(max_words=xcfg.stm_max_words),
+                          count_tokens=token_counter(agent), probe=ProviderProbe(providers).probe,
+                          memories=memories, max_steps=xcfg.max_steps)
 
 
 def main(argv=None) -> dict:
@@ -393,38 +438,55 @@ def main(argv=None) -> dict:
     out_dir = Path(cfg.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     save_resolved_config(out_dir, cfg)
-    table, pool = load_outcomes(cfg.exploration_file, cfg.baseline_in_policy)
+    records_file = Path(cfg.exploration_dir) / "heldout" / "exploration.jsonl"
+    if not records_file.exists():
+        raise FileNotFoundError(f"{records_file}: run `memroute synth forced-exploration` with the heldout split first")
+    tables, pool = load_all_outcomes(str(records_file))
+    if cfg.baseline_in_policy not in tables:
+        raise ValueError(f"{records_file}: no records with in_policy={cfg.baseline_in_policy!r}; found {sorted(tables)}")
     if cfg.providers:
         unknown = sorted(set(cfg.providers) - set(pool))
         if unknown:
-            raise ValueError(f"providers {unknown} have no exploration records in {cfg.exploration_file}")
+            raise ValueError(f"providers {unknown} have no exploration records in {records_file}")
         pool = [p for p in pool if p in cfg.providers]
     options: list[str | None] = [None, *pool]
-    tasks_order = complete_tasks(table, options)[: cfg.max_tasks] if cfg.max_tasks else complete_tasks(table, options)
-    table = {t: table[t] for t in tasks_order}
+    order = complete_tasks(tables[cfg.baseline_in_policy], options)[: cfg.max_tasks or None]
+    tables = {pol: {t: tab[t] for t in order if t in tab} for pol, tab in tables.items()}
     runs = None
     if cfg.router and str(cfg.router).lower() != "none":
         from routers.memagent.router import MemAgentRouter
 
         router = MemAgentRouter.from_pretrained(cfg.router, device=cfg.device)
-        env, tasks, agent, providers, stm, count, probe = build_rollout_context(cfg, pool)
-        by_id = {t.task_id: t for t in tasks}
-        missing = [t for t in tasks_order if t not in by_id]
+        ctx = build_rollout_context(cfg, pool)
+        by_id = {t.task_id: t for t in ctx.tasks}
+        missing = [t for t in order if t not in by_id]
         if missing:
-            raise ValueError(f"{len(missing)} exploration tasks are not held-out tasks of the environment, "
-                             f"e.g. {missing[:3]}: evaluate on the split and settings exploration used")
-        runs = run_routed([by_id[t] for t in tasks_order], env, agent, providers, router, out_dir / "routed.jsonl",
-                          short_term_factory=stm, max_steps=cfg.max_steps, count_tokens=count, probe=probe)
-    metrics = evaluate(table, options, runs)
+            raise ValueError(f"{len(missing)} exploration tasks are not held-out tasks of the rebuilt environment, "
+                             f"e.g. {missing[:3]}")
+        runs = run_routed([by_id[t] for t in order], ctx, router, out_dir / "routed.jsonl")
+    metrics = evaluate(tables[cfg.baseline_in_policy], options, runs)
+    metrics["baselines_by_in_policy"] = {pol: baseline_rows(tab, options, complete_tasks(tab, options))
+                                         for pol, tab in tables.items() if complete_tasks(tab, options)}
+    metrics["oracle_any_in_policy"] = oracle_any(tables, options, order)
+    metrics["baseline_in_policy"] = cfg.baseline_in_policy
     metrics["config"] = {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}
     metrics["library_versions"] = library_versions()
-    metrics["notes"] = ("Held-out tasks; long-term stores frozen (built from training tasks, nothing stored during "
-                        f"evaluation). Baseline rows: exploration records, in_policy={cfg.baseline_in_policy!r}. "
-                        "Routed row: live rollouts, router decides Begin and In.")
+    metrics["notes"] = ("Held-out tasks; long-term stores frozen (built from training tasks only, nothing stored "
+                        f"during evaluation, End not exercised). Baseline rows: exploration records with "
+                        f"in_policy={cfg.baseline_in_policy!r}; random = exact expectation of a uniform Begin choice. "
+                        "Routed row: live rollouts, the router decides Begin and every In step.")
     metrics["plots"] = write_plots(metrics, out_dir)
     atomic_write_json(out_dir / "metrics.json", metrics)
     _print_summary(metrics)
     return metrics
+
+
+def oracle_any(tables: Mapping[str, Mapping], options: Sequence[str | None], tasks: Sequence[str]) -> dict:
+    """Share of tasks solved by any (Begin option, In policy) combination explored."""
+    solved = [any(tab.get(t, {}).get(o, {}).get("success", False) for tab in tables.values() for o in options)
+              for t in tasks]
+    return {"tasks": len(tasks), "success_rate": sum(solved) / len(solved) if solved else None,
+            "in_policies": sorted(tables)}
 
 
 def _print_summary(m: dict) -> None:

@@ -401,8 +401,10 @@ def test_eval_metrics_hand_computed(tmp_path):
              "in_tokens": 10, "injected_tokens": 60, "in_queries": 1, "probe_s": 0.0, "router_s": 0.2, "task_s": 1.0}]
     m = evaluate(table, options, runs)
     b = m["baselines"]
-    assert b["None"] == {"tasks": 4, "success_rate": 0.5, "avg_steps": 7.25, "injected_tokens_per_task": 0.0}
-    assert b["Voyager"] == {"tasks": 4, "success_rate": 0.5, "avg_steps": 6.75, "injected_tokens_per_task": 37.5}
+    assert b["None"] == {"tasks": 4, "success_rate": 0.5, "avg_steps": 7.25, "injected_tokens_per_task": 0.0,
+                         "errors": 0}
+    assert b["Voyager"] == {"tasks": 4, "success_rate": 0.5, "avg_steps": 6.75, "injected_tokens_per_task": 37.5,
+                            "errors": 0}
     assert b["ExpeL"]["success_rate"] == 0.5 and b["ExpeL"]["avg_steps"] == 7.5
     assert b["random"]["success_rate"] == pytest.approx((2 / 3 + 0 + 1 + 1 / 3) / 4)
     assert b["random"]["avg_steps"] == pytest.approx((18 / 3 + 10 + 4 + 26 / 3) / 4)
@@ -501,26 +503,32 @@ class ScriptedRouter:
 
 
 def test_routed_rollouts_with_fakes(tmp_path):
-    from eval.memagent import run_routed
+    from eval.memagent import RolloutContext, run_routed
 
     providers = {"Voyager": ProbeProvider("Voyager", "say WIN now"), "ExpeL": ProbeProvider("ExpeL", "wander")}
     tasks = [Task("a", "win the game", split="heldout"), Task("b", "win again", split="heldout")]
     router = ScriptedRouter("ExpeL")
-    runs = run_routed(tasks, FakeEnv(), MemoryReadingAgent(), providers, router, tmp_path / "routed.jsonl",
-                      short_term_factory=CountingSTM, max_steps=4)
+    ctx = RolloutContext(env=FakeEnv(), tasks=tasks, agent=MemoryReadingAgent(), providers=providers,
+                         short_term_factory=CountingSTM, max_steps=4)
+    runs = run_routed(tasks, ctx, router, tmp_path / "routed.jsonl")
     assert [r["task_id"] for r in runs] == ["a", "b"]
     a = runs[0]
     assert a["begin_provider"] == "ExpeL" and a["success"] is False and a["steps"] == 4
-    assert a["begin_tokens"] == 1 and a["in_queries"] == 2  # steps 1 and 3 (step 0 has an empty summary)
+    assert a["begin_tokens"] == 1 and a["in_queries"] == 2 and a["in_decisions"] == 3  # step 0: empty summary
     assert a["in_tokens"] == 2 * 5 and a["injected_tokens"] == 1 + 10  # "Collected Data:\n- step k": 5 words
     assert router.in_calls == [1, 2, 3, 1, 2, 3]
     assert a["task_s"] >= a["probe_s"] + a["router_s"] and a["error"] is None
+    assert [s["injected"] != "" for s in a["trajectory"]["steps"]] == [False, True, False, True]
     router.choice = "Voyager"  # resumable: finished tasks are not rerun
-    again = run_routed(tasks, FakeEnv(), MemoryReadingAgent(), providers, router, tmp_path / "routed.jsonl",
-                       short_term_factory=CountingSTM)
+    again = run_routed(tasks, ctx, router, tmp_path / "routed.jsonl")
     assert again == runs and len((tmp_path / "routed.jsonl").read_text().splitlines()) == 2
-    won = run_routed(tasks[:1], FakeEnv(), MemoryReadingAgent(), providers, router, tmp_path / "r2.jsonl")
+    won = run_routed(tasks[:1], ctx, router, tmp_path / "r2.jsonl")
     assert won[0]["success"] is True and won[0]["steps"] == 1 and won[0]["begin_tokens"] == 3
+    # recorded Begin memories (what the baseline rollouts saw) take precedence over a live retrieve
+    ctx.memories = {"a": {"ExpeL": "recorded WIN"}}
+    router.choice = "ExpeL"
+    rec = run_routed(tasks[:1], ctx, router, tmp_path / "r3.jsonl")[0]
+    assert rec["success"] is True and rec["begin_tokens"] == 2
 
 
 def test_eval_main_with_real_router_and_fake_environment(tmp_path, tiny_llama_dir, monkeypatch, one_torch_thread):
@@ -533,24 +541,35 @@ def test_eval_main_with_real_router_and_fake_environment(tmp_path, tiny_llama_di
 
     MemAgentRouter.from_model(AutoModelForCausalLM.from_pretrained(tiny_llama_dir),
                               AutoTokenizer.from_pretrained(tiny_llama_dir)).save_pretrained(tmp_path / "router")
-    path = write_jsonl(tmp_path / "exploration.jsonl", exploration_records())
+    write_jsonl(tmp_path / "x" / "heldout" / "exploration.jsonl", exploration_records())
     providers = {"Voyager": ProbeProvider("Voyager", "say WIN now"), "ExpeL": ProbeProvider("ExpeL", "wander")}
     tasks = [Task(t, f"goal {t}", split="heldout") for t in ("t1", "t2", "t3", "t4")]
-    monkeypatch.setattr(em, "build_rollout_context", lambda cfg, pool: (
-        FakeEnv(), tasks, MemoryReadingAgent(), providers, CountingSTM, lambda s: len(s.split()), None))
-    m = em.main(["--router", str(tmp_path / "router"), "--exploration_file", path, "--output_dir",
-                 str(tmp_path / "res"), "--max_steps", "3"])
+    seen = {}
+
+    def fake_context(cfg, pool):
+        seen["pool"] = pool
+        return em.RolloutContext(env=FakeEnv(), tasks=tasks, agent=MemoryReadingAgent(), providers=providers,
+                                 short_term_factory=CountingSTM, max_steps=3)
+
+    monkeypatch.setattr(em, "build_rollout_context", fake_context)
+    m = em.main(["--router", str(tmp_path / "router"), "--exploration_dir", str(tmp_path / "x"), "--output_dir",
+                 str(tmp_path / "res")])
+    assert seen["pool"] == ["Voyager", "ExpeL"]
     saved = json.loads((tmp_path / "res" / "metrics.json").read_text())
     assert saved["tasks"] == 4 and saved["routed"]["tasks"] == 4
     assert saved["baselines"]["oracle"]["success_rate"] == 0.75
+    assert saved["baselines_by_in_policy"]["inject"]["None"]["success_rate"] == 1.0
+    assert saved["oracle_any_in_policy"] == {"tasks": 4, "success_rate": 1.0, "in_policies": ["inject", "never"]}
     assert sum(saved["begin"]["confusion"]["matrix"][i][j] for i in range(3) for j in range(3)) == 3
     assert 0 < saved["routed"]["overhead"]["share"] < 1
     for png in ("coverage.png", "begin_confusion.png"):
         assert (tmp_path / "res" / png).read_bytes()[:4] == b"\x89PNG"
     assert m["routed"]["success_rate"] == sum(r["success"] for r in
                                               map(json.loads, open(tmp_path / "res" / "routed.jsonl"))) / 4
-    base_only = em.main(["--router", "none", "--exploration_file", path, "--output_dir", str(tmp_path / "res2")])
+    base_only = em.main(["--router", "none", "--exploration_dir", str(tmp_path / "x"), "--output_dir",
+                         str(tmp_path / "res2"), "--providers", "ExpeL", "--max_tasks", "2"])
     assert "routed" not in base_only and (tmp_path / "res2" / "coverage.png").exists()
+    assert base_only["options"] == ["None", "ExpeL"] and base_only["tasks"] == 2
     assert not (tmp_path / "res2" / "begin_confusion.png").exists()
 
 
@@ -634,3 +653,14 @@ def test_smollm2_begin_scores_match_full_forward_on_thirteen_providers():
     traj = make_trajectory(n_steps=20)
     p = router.score_end(traj, providers)
     assert p.shape == (13,) and bool(((p > 0) & (p < 1)).all())
+
+
+def test_exploration_config_prefers_manifest_fingerprint(tmp_path):
+    import json
+
+    from eval.memagent import exploration_config
+
+    (tmp_path / "resolved_config.yaml").write_text("max_steps: 10\nn_heldout: 3\ngames_dir: g\nnot_a_field: 1\n")
+    (tmp_path / "manifest.json").write_text(json.dumps({"fingerprint": {"max_steps": 12, "providers": ["awm"]}}))
+    cfg = exploration_config(tmp_path)
+    assert (cfg.max_steps, cfg.n_heldout, cfg.games_dir, cfg.providers) == (12, 3, "g", ["awm"])
