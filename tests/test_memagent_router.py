@@ -165,6 +165,13 @@ def test_phase_rows_canonicalize_and_expand_end(tmp_path):
     rec["completion"][0]["content"] = "Provider: voyager."
     path = write_jsonl(tmp_path / "b2.jsonl", [rec])
     assert phase_rows(path, "begin")[0][0]["completion"][0]["content"] == "Voyager"
+    rec = json.loads(open(files["end"]).readlines()[2])  # chose Voyager, ExpeL; reuse seen for 3 providers
+    rec["reuse"] = {"Voyager": {"retrievals": 2, "success_rate": 1.0}, "ExpeL": {"retrievals": 1, "success_rate": 0.5},
+                    "AWM": {"retrievals": 1, "success_rate": 0.0}}
+    rows, stats = phase_rows(write_jsonl(tmp_path / "e2.jsonl", [rec]), "end")
+    assert [(r["prompt"][-1]["content"].split("Should ")[1].split(" store")[0], r["completion"][0]["content"])
+            for r in rows] == [("Voyager", "yes"), ("ExpeL", "yes"), ("AWM", "no")]
+    assert stats == {"records": 1, "end_unobserved_skipped": 2}
     kept, stats = phase_rows(files["in"], "in", min_reward=0.9)
     assert kept == [] and stats == {"records": 8, "below_min_reward": 8}
 

@@ -7,7 +7,8 @@ Inputs are the forced-exploration files (``begin.jsonl``, ``in.jsonl``, ``end.js
 conversational prompt-completion format. TRL's SFTTrainer trains with a completion-only loss (the
 prompt tokens are labelled -100) and LoRA adapters. Each completion is parsed and rewritten in its
 canonical form, so the targets are exactly the candidates the router scores; every End record (a
-chosen subset) becomes one yes/no sample per provider listed in its prompt, the form the router
+chosen subset) becomes one yes/no sample per provider listed in its prompt (only the providers in its
+``reuse`` field when it has one: unobserved providers are unknown, not negatives), the form the router
 decides End in (see ``routers.memagent.router``). Resumes from the last checkpoint in ``output_dir``
 and exports a router directory at the end.
 """
@@ -117,7 +118,13 @@ def phase_rows(path: str, phase: str, min_reward: float | None = None) -> tuple[
         elif phase == "in":
             rows.append({"prompt": rec["prompt"], "completion": _turn(P.in_completion(decision)), "phase": phase})
         else:
-            for name in P.end_prompt_provider_names(rec["prompt"]):
+            names = P.end_prompt_provider_names(rec["prompt"])
+            # Only providers whose reuse was observed carry a label; the others are unknown, not "no".
+            observed = rec.get("reuse")
+            if isinstance(observed, dict) and observed:
+                stats["end_unobserved_skipped"] += sum(1 for n in names if n not in observed)
+                names = [n for n in names if n in observed]
+            for name in names:
                 rows.append({"prompt": P.end_provider_messages(rec["prompt"], name),
                              "completion": _turn(P.yes_no_completion(name in decision)), "phase": phase})
     return rows, dict(stats)
