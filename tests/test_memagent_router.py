@@ -217,8 +217,8 @@ def trained(tiny_llama_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("memagent-sft")
     files = fake_phase_files(root / "data")
     out = root / "run"
-    trainer, info = main(sft_args(tiny_llama_dir, files, out, "--max_steps", "8", "--learning_rate", "1e-2",
-                                  "--logging_steps", "1", "--save_steps", "4", "--per_device_train_batch_size", "4",
+    trainer, info = main(sft_args(tiny_llama_dir, files, out, "--max_steps", "6", "--learning_rate", "2e-2",
+                                  "--logging_steps", "1", "--save_steps", "3", "--per_device_train_batch_size", "2",
                                   "--lora_target_modules", "all-linear", "--export_dir", str(out / "export")))
     return {"trainer": trainer, "info": info, "out": out, "files": files,
             "loss_before": dataset_loss(AutoModelForCausalLM.from_pretrained(tiny_llama_dir), trainer),
@@ -240,27 +240,43 @@ def test_sft_lowers_loss_and_changes_lora_weights(trained, tiny_llama_dir):
     from safetensors.torch import load_file
 
     info = trained["info"]
-    assert info["steps"] == 8 and info["samples"] == 32
+    assert info["steps"] == 6 and info["samples"] == 32
     assert info["phases"]["end"]["labels"] == {"yes": 3, "no": 17}
     assert info["provider_names"] == list(PROVIDERS)
     losses = [h["loss"] for h in trained["trainer"].state.log_history if "loss" in h]
-    assert len(losses) == 8 and losses[-1] < losses[0]
+    assert len(losses) == 6 and losses[-1] < losses[0]
     assert trained["loss_after"] < trained["loss_before"] - 0.3  # same 32 samples, completion tokens only
     lora = load_file(str(trained["out"] / "adapter_model.safetensors"))
     b = [v for k, v in lora.items() if "lora_B" in k]
     assert b and all(v.abs().sum() > 0 for v in b)  # B starts at zero: every adapter was trained
     summary = json.loads((trained["out"] / "train_summary.json").read_text())
     assert summary["phases"]["begin"]["labels"] == {"None": 1, "Voyager": 1, "AWM": 1, "ExpeL": 1}
-    assert (trained["out"] / "checkpoint-8").is_dir() and (trained["out"] / "resolved_config.yaml").exists()
+    assert (trained["out"] / "checkpoint-6").is_dir() and (trained["out"] / "resolved_config.yaml").exists()
 
 
-def test_sft_resumes_from_last_checkpoint(trained, tiny_llama_dir):
+def test_sft_resumes_from_last_checkpoint(trained, tiny_llama_dir, tmp_path):
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
     from train.memagent import main
 
-    trainer, info = main(sft_args(tiny_llama_dir, trained["files"], trained["out"], "--max_steps", "8",
-                                  "--learning_rate", "1e-2", "--save_steps", "4", "--per_device_train_batch_size", "4",
-                                  "--lora_target_modules", "all-linear"))
-    assert info["steps"] == 8 and trainer.state.global_step == 8  # nothing left to train
+    args = ["--max_steps", "6", "--learning_rate", "2e-2", "--save_steps", "3", "--per_device_train_batch_size", "2",
+            "--lora_target_modules", "all-linear", "--logging_steps", "1"]
+    final = load_file(str(trained["out"] / "adapter_model.safetensors"))
+    # interrupted after step 3: resuming trains steps 4-6 and lands on the same adapter as the full run
+    run = tmp_path / "run"
+    shutil.copytree(trained["out"], run, ignore=shutil.ignore_patterns("checkpoint-6", "export"))
+    (run / "adapter_model.safetensors").unlink()
+    trainer, info = main(sft_args(tiny_llama_dir, trained["files"], run, *args))
+    assert info["steps"] == 6 and [h["step"] for h in trainer.state.log_history if "loss" in h] == [1, 2, 3, 4, 5, 6]
+    resumed = load_file(str(run / "adapter_model.safetensors"))
+    assert all(torch.allclose(resumed[k], final[k], atol=1e-6) for k in final)
+    # a finished run is not trained again (transformers alone would add a step)
+    trainer, info = main(sft_args(tiny_llama_dir, trained["files"], run, *args))
+    assert info["steps"] == 6 and trainer.state.global_step == 6
+    assert all(torch.equal(v, load_file(str(run / "adapter_model.safetensors"))[k]) for k, v in resumed.items())
 
 
 # -- router ------------------------------------------------------------------------------------------

@@ -227,6 +227,15 @@ def build_trainer(cfg: MemAgentSFTConfig):
     return trainer, rows, per_phase
 
 
+def finished_checkpoint(checkpoint: str | None, max_steps: int) -> bool:
+    """True when ``checkpoint`` already holds ``max_steps`` optimizer steps (a finished run)."""
+    import json
+
+    if not checkpoint or max_steps <= 0 or not (Path(checkpoint) / "trainer_state.json").exists():
+        return False
+    return json.loads((Path(checkpoint) / "trainer_state.json").read_text()).get("global_step", 0) >= max_steps
+
+
 def make_parser():
     from train.config import make_arg_parser
 
@@ -246,11 +255,22 @@ def main(argv=None):
         counts = ", ".join(f"{k} {v['samples']} (of {v.get('records', 0)} records; {v['skipped_too_long']} too long)"
                            for k, v in per_phase.items())
         print(f"[memroute] memagent SFT samples: {counts}; total {len(rows)}; resume from {resume}", file=sys.stderr)
-    result = trainer.train(resume_from_checkpoint=resume)
+    if finished_checkpoint(resume, cfg.max_steps):
+        # transformers resumes a finished run mid-epoch by training one more step; just reload it instead
+        from transformers import TrainerState
+
+        print(f"[memroute] {resume} already reached max_steps={cfg.max_steps}: nothing to train", file=sys.stderr)
+        trainer._load_from_checkpoint(resume)
+        trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
+        steps, runtime = trainer.state.global_step, None
+        final_loss = next((h["train_loss"] for h in reversed(trainer.state.log_history) if "train_loss" in h), None)
+    else:
+        result = trainer.train(resume_from_checkpoint=resume)
+        steps, runtime, final_loss = result.global_step, result.metrics.get("train_runtime"), result.training_loss
     trainer.save_model(cfg.output_dir)
     info = {"model": cfg.model_name_or_path, "files": {"begin": cfg.begin_file, "in": cfg.in_file, "end": cfg.end_file},
-            "phases": per_phase, "samples": len(rows), "steps": result.global_step,
-            "train_runtime_s": result.metrics.get("train_runtime"), "final_loss": result.training_loss,
+            "phases": per_phase, "samples": len(rows), "steps": steps,
+            "train_runtime_s": runtime, "final_loss": final_loss,
             "end_mode": "per_provider", "provider_names": pool_names(rows),
             "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "targets": cfg.lora_target_modules} if cfg.use_lora else None}
     if trainer.is_world_process_zero():

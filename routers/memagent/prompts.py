@@ -95,7 +95,7 @@ def begin_messages(goal: str, previews, providers: Mapping[str, Any]) -> list[di
         blocks.append(f"{i}. {name}\n   Storage: {prov.describe_storage()}\n"
                       f"   Retrieval: {prov.describe_retrieval()}\n   Preview: {preview}")
     options = ", ".join([NONE, *providers])
-    user = (f"Memory providers (storage, retrieval, probe preview):\n" + "\n".join(blocks)
+    user = ("Memory providers (storage, retrieval, probe preview):\n" + "\n".join(blocks)
             + f"\n\nOptions: {options}\n\nTask: {goal.strip()}\n\n{BEGIN_QUESTION}")
     return [{"role": "system", "content": BEGIN_SYSTEM}, {"role": "user", "content": user}]
 
