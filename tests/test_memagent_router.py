@@ -687,3 +687,51 @@ def test_exploration_config_prefers_manifest_fingerprint(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"fingerprint": {"max_steps": 12, "providers": ["awm"]}}))
     cfg = exploration_config(tmp_path)
     assert (cfg.max_steps, cfg.n_heldout, cfg.games_dir, cfg.providers) == (12, 3, "g", ["awm"])
+
+
+# -- end to end (slow: compiles TextWorld games) ------------------------------------------------------------
+@pytest.mark.slow
+def test_exploration_to_sft_to_eval_end_to_end(tmp_path, tiny_llama_dir, monkeypatch, one_torch_thread):
+    """Forced exploration (walkthrough agent, real providers with fake encoder/LLM) -> supervision -> SFT ->
+    export -> `memroute eval memagent` rebuilding the environment and frozen stores from the exploration dir."""
+    import json
+
+    import data_synthesis.memagent as xm
+    from data_synthesis.memagent import ForcedExplorationConfig, ForcedExplorer, label
+    from eval.memagent import main as eval_main
+    from memagent_provider_fakes import HashEncoder, ScriptedLLM
+    from routers.memagent.providers import build_providers
+    from train.memagent import main as train_main
+
+    names = ["voyager", "expel", "agent_kb"]
+
+    def providers(cfg=None):
+        return build_providers(list(cfg.providers) if cfg else names, encoder=HashEncoder(), llm=ScriptedLLM())
+
+    xdir = tmp_path / "x"
+    cfg = ForcedExplorationConfig(output_dir=str(xdir), games_dir=str(tmp_path / "games"), n_train=2, n_heldout=2,
+                                  game_presets=["recipe=1,take=1,go=1"], max_steps=8, agent="walkthrough",
+                                  judge="none", providers=names, splits=["train", "heldout"])
+    ForcedExplorer(cfg, providers=providers(), progress=False).explore()
+    label(cfg, providers=providers(), progress=False)
+    from train.config import save_resolved_config
+
+    save_resolved_config(xdir, cfg)
+    _, info = train_main(["--model_name_or_path", tiny_llama_dir, "--begin_file", str(xdir / "begin.jsonl"),
+                          "--in_file", str(xdir / "in.jsonl"), "--end_file", str(xdir / "end.jsonl"),
+                          "--output_dir", str(tmp_path / "sft"), "--export_dir", str(tmp_path / "sft" / "export"),
+                          "--max_steps", "2", "--per_device_train_batch_size", "2", "--use_cpu", "true"])
+    assert info["steps"] == 2 and info["phases"]["begin"]["samples"] >= 1
+    monkeypatch.setattr(xm, "build_providers_from", providers)  # the fake encoder/LLM, not MiniLM/SmolLM2
+    m = eval_main(["--router", str(tmp_path / "sft" / "export"), "--exploration_dir", str(xdir),
+                   "--output_dir", str(tmp_path / "eval")])
+    assert m["tasks"] == 2 and m["options"] == ["None", *names]
+    assert m["baselines"]["None"]["success_rate"] == 1.0  # the walkthrough agent always wins
+    assert m["routed"]["success_rate"] == 1.0 and m["routed"]["tasks"] == 2
+    assert m["coverage"]["histogram"]["4"] == 2 and m["begin"]["solvable_tasks"] == 2
+    routed = [json.loads(line) for line in open(tmp_path / "eval" / "routed.jsonl")]
+    held = {r["task_id"]: r for r in map(json.loads, open(xdir / "heldout" / "tasks.jsonl"))}
+    for r in routed:  # the Begin memory injected is the one the baseline rollout of that option saw
+        choice = r["begin_provider"]
+        expected = held[r["task_id"]]["retrieved"][choice]["text"] if choice else ""
+        assert r["trajectory"]["begin_memory"] == expected
