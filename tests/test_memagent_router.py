@@ -735,3 +735,22 @@ def test_exploration_to_sft_to_eval_end_to_end(tmp_path, tiny_llama_dir, monkeyp
         choice = r["begin_provider"]
         expected = held[r["task_id"]]["retrieved"][choice]["text"] if choice else ""
         assert r["trajectory"]["begin_memory"] == expected
+
+
+def test_broken_exports_fail_naming_the_file(tmp_path):
+    import json
+
+    from routers.memagent.router import MemAgentRouter
+
+    with pytest.raises(FileNotFoundError, match=r"router_config\.json: missing"):
+        MemAgentRouter.from_pretrained(tmp_path)
+    (tmp_path / "router_config.json").write_text('{"router_type": "sufficiency"}')
+    with pytest.raises(ValueError, match=r"router_config\.json: router_type is 'sufficiency'"):
+        MemAgentRouter.from_pretrained(tmp_path)
+    (tmp_path / "router_config.json").write_text('{"router_type": "memagent"')
+    with pytest.raises(ValueError, match=r"router_config\.json: invalid JSON"):
+        MemAgentRouter.from_pretrained(tmp_path)
+    (tmp_path / "router_config.json").write_text('{"router_type": "memagent"}')
+    (tmp_path / "calibration.json").write_text(json.dumps({"end_threshold": "high"}))
+    with pytest.raises(ValueError, match="end_threshold must be a number"):
+        MemAgentRouter.from_pretrained(tmp_path)

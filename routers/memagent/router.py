@@ -135,6 +135,19 @@ def sequence_log_probs(model, sequences: Sequence[Sequence[int]], starts: Sequen
     return scores
 
 
+def _read_json(file: Path) -> dict:
+    """A JSON object from an export file; a missing or broken file is an error naming it."""
+    try:
+        raw = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{file}: missing (not a MemAgent router export?)") from None
+    except ValueError as err:
+        raise ValueError(f"{file}: invalid JSON ({getattr(err, 'msg', err)})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{file}: expected a JSON object, got {type(raw).__name__}")
+    return raw
+
+
 @dataclass
 class MemAgentConfig:
     in_threshold: float = 0.5
@@ -186,14 +199,16 @@ class MemAgentRouter:
         from routers.models import default_device, resolve_causal_lm
 
         path = Path(path)
-        raw = json.loads((path / ROUTER_CONFIG).read_text())
+        raw = _read_json(path / ROUTER_CONFIG)
         if raw.get("router_type") != "memagent":
-            raise ValueError(f"{path}: router_type is {raw.get('router_type')!r}, expected 'memagent'")
+            raise ValueError(f"{path / ROUTER_CONFIG}: router_type is {raw.get('router_type')!r}, expected 'memagent'")
         cfg = MemAgentConfig(**{k: raw[k] for k in MemAgentConfig.__dataclass_fields__ if k in raw})
-        calibration = json.loads((path / CALIBRATION).read_text()) if (path / CALIBRATION).exists() else {}
+        calibration = _read_json(path / CALIBRATION) if (path / CALIBRATION).exists() else {}
         for key in ("in_threshold", "end_threshold"):
-            if key in calibration:
-                setattr(cfg, key, float(calibration[key]))
+            value = calibration.get(key, getattr(cfg, key))
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+                raise ValueError(f"{path}: {key} must be a number, got {value!r:.80}")
+            setattr(cfg, key, float(value))
         dtype = dtype or torch.float32
         if (path / ADAPTER_CONFIG).exists():
             from peft import PeftModel
