@@ -48,6 +48,9 @@ class MemAgentEvalConfig:
     max_tasks: int | None = None
     providers: list[str] | None = field(default=None, metadata={
         "help": "provider subset offered to the router; None = every provider explored"})
+    compare_base_router: bool = field(default=True, metadata={
+        "help": "also score Begin offline (recorded previews, no rollouts) with the untrained base model"})
+    base_model: str | None = field(default=None, metadata={"help": "untrained baseline; default: the router's base_model"})
     reuse_retrieved: bool = field(default=True, metadata={
         "help": "inject the Begin memories recorded in heldout/tasks.jsonl (exactly what the baseline rollouts "
                 "saw); false = retrieve live from the frozen stores"})
@@ -330,6 +333,7 @@ def write_plots(metrics: dict, output_dir: Path) -> list[str]:
 def coverage_plot(coverage: Mapping, path: str | Path) -> Path:
     """Bar chart: number of tasks solved by exactly k of the N options (paper Table 13 / Figure 5 right)."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     from eval.plots import _save_atomic
 
@@ -346,6 +350,7 @@ def coverage_plot(coverage: Mapping, path: str | Path) -> Path:
     ax.set_xticks(ks)
     ax.set_xlabel(f"options (of {coverage['options']}: providers + no memory) that solve the task")
     ax.set_ylabel("tasks")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title("Task coverage distribution")
     ax.grid(axis="y", alpha=0.3)
     return _save_atomic(fig, path)
@@ -465,6 +470,18 @@ def main(argv=None) -> dict:
                              f"e.g. {missing[:3]}")
         runs = run_routed([by_id[t] for t in order], ctx, router, out_dir / "routed.jsonl")
     metrics = evaluate(tables[cfg.baseline_in_policy], options, runs)
+    tasks_file = Path(cfg.exploration_dir) / "heldout" / "tasks.jsonl"
+    if runs is not None and tasks_file.exists():
+        task_records = {r["task_id"]: r for r in read_jsonl(tasks_file, required=("task_id", "goal", "previews"))}
+        todo = [t for t in order if t in task_records]
+        table = tables[cfg.baseline_in_policy]
+        metrics["begin_offline"] = {"trained": offline_begin(router, task_records, ctx.providers, table, options, todo)}
+        base = cfg.base_model or router.config.base_model
+        if cfg.compare_base_router and base and str(base).lower() != "none":
+            base_router = MemAgentRouter.from_base(base, device=cfg.device)
+            metrics["begin_offline"]["base"] = offline_begin(base_router, task_records, ctx.providers, table,
+                                                             options, todo)
+            metrics["begin_offline"]["base_model"] = base
     metrics["baselines_by_in_policy"] = {pol: baseline_rows(tab, options, complete_tasks(tab, options))
                                          for pol, tab in tables.items() if complete_tasks(tab, options)}
     metrics["oracle_any_in_policy"] = oracle_any(tables, options, order)
@@ -479,6 +496,21 @@ def main(argv=None) -> dict:
     atomic_write_json(out_dir / "metrics.json", metrics)
     _print_summary(metrics)
     return metrics
+
+
+def offline_begin(router, task_records: Mapping[str, Mapping], providers: Mapping[str, Any],
+                  table: Mapping[str, Mapping], options: Sequence[str | None], tasks: Sequence[str]) -> dict:
+    """Begin decisions from the recorded probe previews (no rollouts): accuracy vs the oracle and the success
+    rate they imply under the baseline In policy (the chosen option's exploration outcome)."""
+    choices = {}
+    for t in tasks:
+        rec = task_records[t]
+        previews = [p for p in rec["previews"] if p["provider"] in providers]
+        choices[t] = router.begin(rec["goal"], previews, providers)
+    acc = begin_accuracy(choices, table, options)
+    return {"tasks": len(choices), "implied_success_rate": _mean([float(table[t][c]["success"]) for t, c in choices.items()]),
+            "choices": dict(Counter(option_label(c) for c in choices.values())),
+            **{k: v for k, v in acc.items() if k != "confusion"}, "confusion": acc["confusion"]}
 
 
 def oracle_any(tables: Mapping[str, Mapping], options: Sequence[str | None], tasks: Sequence[str]) -> dict:

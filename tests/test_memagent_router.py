@@ -729,6 +729,9 @@ def test_exploration_to_sft_to_eval_end_to_end(tmp_path, tiny_llama_dir, monkeyp
     assert m["baselines"]["None"]["success_rate"] == 1.0  # the walkthrough agent always wins
     assert m["routed"]["success_rate"] == 1.0 and m["routed"]["tasks"] == 2
     assert m["coverage"]["histogram"]["4"] == 2 and m["begin"]["solvable_tasks"] == 2
+    off = m["begin_offline"]
+    assert off["trained"]["tasks"] == 2 and off["trained"]["implied_success_rate"] == 1.0
+    assert off["base"]["tasks"] == 2 and off["base_model"] == tiny_llama_dir
     routed = [json.loads(line) for line in open(tmp_path / "eval" / "routed.jsonl")]
     held = {r["task_id"]: r for r in map(json.loads, open(xdir / "heldout" / "tasks.jsonl"))}
     for r in routed:  # the Begin memory injected is the one the baseline rollout of that option saw
@@ -754,3 +757,23 @@ def test_broken_exports_fail_naming_the_file(tmp_path):
     (tmp_path / "calibration.json").write_text(json.dumps({"end_threshold": "high"}))
     with pytest.raises(ValueError, match="end_threshold must be a number"):
         MemAgentRouter.from_pretrained(tmp_path)
+
+
+def test_offline_begin_from_recorded_previews(tmp_path):
+    from eval.memagent import load_outcomes, offline_begin
+
+    table, pool = load_outcomes(write_jsonl(tmp_path / "x.jsonl", exploration_records()), "never")
+    picks = {"goal t1": "Voyager", "goal t2": "ExpeL", "goal t3": "ExpeL", "goal t4": None}
+
+    class ByGoal:
+        def begin(self, goal, previews, providers):
+            assert [p["provider"] for p in previews] == ["Voyager"]  # previews of other pools are dropped
+            return picks[goal]
+
+    recs = {t: {"goal": f"goal {t}", "previews": [{"provider": "Voyager", "score": 0.1, "snippet": "", "n_items": 1},
+                                                  {"provider": "AWM", "score": 0.1, "snippet": "", "n_items": 1}]}
+            for t in table}
+    out = offline_begin(ByGoal(), recs, {"Voyager": None, "ExpeL": None}, table, [None, *pool], list(table))
+    # t1 Voyager ok (oracle), t2 unsolvable, t3 ExpeL ok (oracle None), t4 None fails (oracle ExpeL)
+    assert out["implied_success_rate"] == 0.5 and out["choices"] == {"Voyager": 1, "ExpeL": 2, "None": 1}
+    assert out["accuracy_solving"] == pytest.approx(2 / 3) and out["accuracy_exact"] == pytest.approx(1 / 3)
