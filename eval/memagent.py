@@ -16,7 +16,9 @@ only; nothing is stored while evaluating, so every row sees the same memory and 
 Also: Begin decision accuracy against the oracle (the routed choice solved the task in exploration; and
 exact agreement with the oracle's label: the solving option with the fewest steps, then the fewest
 injected tokens, then pool order with None first), the paper's Table 13 coverage distribution, injected
-tokens per task and average steps. Writes ``metrics.json``, ``routed.jsonl`` (resumable, one line per
+tokens per task and average steps; and ``begin_offline``: Begin decisions on the recorded probe previews
+(no rollouts) for the trained router and the untrained base model (paper Table 12), with the success rate
+those choices imply under the baseline In policy. Writes ``metrics.json``, ``routed.jsonl`` (resumable, one line per
 task), ``begin_confusion.png``, ``coverage.png`` and ``resolved_config.yaml`` into ``output_dir``.
 """
 
