@@ -422,6 +422,7 @@ class ForcedExplorer:
             traj = Trajectory.from_dict(rec["trajectory"])
             for name, p in self.providers.items():
                 item_ids, gated, error = [], not _accepts(p, traj), None
+                t0 = time.perf_counter()
                 if not gated:
                     try:
                         item_ids = [it.item_id for it in p.store(traj)]
@@ -430,7 +431,8 @@ class ForcedExplorer:
                         self.counts["store_errors"] += 1
                 progress["store_log"].append({
                     "id": f"{rec['id']}|{name}", "task_id": task.task_id, "rollout_id": rec["id"], "provider": name,
-                    "success": rec["success"], "item_ids": item_ids, "gated": gated, "error": error})
+                    "success": rec["success"], "item_ids": item_ids, "gated": gated, "error": error,
+                    "store_s": round(time.perf_counter() - t0, 4)})
 
     # -- run ---------------------------------------------------------------------------------------------------------
     def explore(self) -> dict:
