@@ -28,11 +28,28 @@ def bundled_locomo_path() -> Path:
     return Path(str(resources.files("data_synthesis") / "data" / "locomo" / "locomo10.json"))
 
 
+class CorpusError(ValueError):
+    """A malformed corpus file; the message names the file and the item (conversation, turn, question)."""
+
+
 def _load_json(path: Path):
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path}:{err.lineno}: invalid JSON ({err.msg})") from None
+        raise CorpusError(f"{path}:{err.lineno}: invalid JSON ({err.msg})") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:  # bad bytes, huge ints, deep nesting
+        raise CorpusError(f"{path}: unreadable JSON ({type(err).__name__}: {str(err)[:120]})") from None
+
+
+def _text(value, where: str, path, optional: bool = False) -> str | None:
+    """A string field (numbers are accepted as their text); None only when ``optional``."""
+    if value is None and optional:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise CorpusError(f"{path}: {where} must be a string, got {type(value).__name__}")
 
 
 def normalize_locomo_evidence(raw: list[str]) -> tuple[list[str], int]:
@@ -48,38 +65,67 @@ def normalize_locomo_evidence(raw: list[str]) -> tuple[list[str], int]:
     return [x for x in out if not (x in seen or seen.add(x))], fixed
 
 
+def _locomo_steps(c: dict, where: str, path) -> list[Step]:
+    sessions = sorted((int(k.split("_")[1]), k) for k, v in c.items()
+                      if isinstance(k, str) and re.fullmatch(r"session_\d+", k) and isinstance(v, list))
+    steps: list[Step] = []
+    seen: set[str] = set()
+    for num, key in sessions:
+        when = _text(c.get(f"{key}_date_time"), f"{where} {key}_date_time", path, optional=True)
+        for ti, turn in enumerate(c[key]):
+            at = f"{where} {key} turn #{ti}"
+            if not isinstance(turn, dict):
+                raise CorpusError(f"{path}: {at} must be an object, got {type(turn).__name__}")
+            if "dia_id" not in turn:
+                raise CorpusError(f"{path}: {at} lacks 'dia_id'")
+            dia_id = _text(turn["dia_id"], f"{at} dia_id", path)
+            if dia_id in seen:
+                raise CorpusError(f"{path}: {at}: duplicate dia_id {dia_id!r}")
+            seen.add(dia_id)
+            text = _text(turn.get("text", ""), f"{at} text", path, optional=True) or ""
+            caption = _text(turn.get("blip_caption"), f"{at} blip_caption", path, optional=True)
+            if caption:
+                text = f"{text} [shares a photo: {caption}]".strip()
+            steps.append(Step(step_id=dia_id, index=len(steps), text=text,
+                              speaker=_text(turn.get("speaker"), f"{at} speaker", path, optional=True),
+                              timestamp=when, session=str(num)))
+    return steps
+
+
 def load_locomo(path: str | Path | None = None, include_adversarial: bool = False,
                 stats: LoadStats | None = None) -> list[Episode]:
     path = Path(path) if path else bundled_locomo_path()
     data = _load_json(path)
     if not isinstance(data, list):
-        raise ValueError(f"{path}: expected a list of conversations")
+        raise CorpusError(f"{path}: expected a list of conversations")
     stats = stats if stats is not None else LoadStats()
     episodes = []
     for ci, conv in enumerate(data):
-        try:
-            sample_id, c = conv["sample_id"], conv["conversation"]
-        except (KeyError, TypeError):
-            raise ValueError(f"{path}: conversation #{ci} lacks 'sample_id' or 'conversation'") from None
-        sessions = sorted((int(k.split("_")[1]), k) for k, v in c.items()
-                          if re.fullmatch(r"session_\d+", k) and isinstance(v, list))
-        steps: list[Step] = []
-        for num, key in sessions:
-            when = c.get(f"{key}_date_time")
-            for turn in c[key]:
-                text = turn.get("text", "")
-                if turn.get("blip_caption"):
-                    text = f"{text} [shares a photo: {turn['blip_caption']}]".strip()
-                steps.append(Step(step_id=turn["dia_id"], index=len(steps), text=text,
-                                  speaker=turn.get("speaker"), timestamp=when, session=str(num)))
-        ep = Episode(episode_id=str(sample_id), steps=steps, source="locomo",
-                     meta={"speakers": [c.get("speaker_a"), c.get("speaker_b")]})
-        for qi, q in enumerate(conv.get("qa", [])):
-            cat = LOCOMO_CATEGORIES.get(q.get("category"), str(q.get("category")))
+        if not isinstance(conv, dict) or "sample_id" not in conv or not isinstance(conv.get("conversation"), dict):
+            raise CorpusError(f"{path}: conversation #{ci} lacks 'sample_id' or 'conversation' (an object)")
+        sample_id = _text(conv["sample_id"], f"conversation #{ci} sample_id", path)
+        where = f"conversation #{ci} ({sample_id})"
+        c = conv["conversation"]
+        steps = _locomo_steps(c, where, path)
+        speakers = [_text(c.get(k), f"{where} {k}", path, optional=True) for k in ("speaker_a", "speaker_b")]
+        ep = Episode(episode_id=sample_id, steps=steps, source="locomo", meta={"speakers": speakers})
+        qas = conv.get("qa", [])
+        if not isinstance(qas, list):
+            raise CorpusError(f"{path}: {where} qa must be a list, got {type(qas).__name__}")
+        for qi, q in enumerate(qas):
+            at = f"{where} qa #{qi}"
+            if not isinstance(q, dict) or "question" not in q:
+                raise CorpusError(f"{path}: {at} must be an object with a 'question'")
+            question = _text(q["question"], f"{at} question", path)
+            raw_cat = q.get("category")
+            cat = LOCOMO_CATEGORIES.get(raw_cat, str(raw_cat)) if isinstance(raw_cat, (int, str, type(None))) else str(raw_cat)
             if cat == "adversarial" and not include_adversarial:
                 stats.skipped_category += 1
                 continue
-            evidence, fixed = normalize_locomo_evidence(q.get("evidence") or [])
+            raw_ev = q.get("evidence") or []
+            if not isinstance(raw_ev, list):
+                raise CorpusError(f"{path}: {at} evidence must be a list of ids, got {type(raw_ev).__name__}")
+            evidence, fixed = normalize_locomo_evidence(raw_ev)
             stats.normalized_evidence_ids += fixed
             unknown = [e for e in evidence if not ep.has_step(e)]
             if unknown:
@@ -92,7 +138,7 @@ def load_locomo(path: str | Path | None = None, include_adversarial: bool = Fals
                 stats.skipped_no_evidence += 1
                 continue
             answer = q.get("answer", q.get("adversarial_answer", ""))
-            ep.qa.append(QA(qa_id=f"{sample_id}/q{qi}", question=q["question"], answer=str(answer),
+            ep.qa.append(QA(qa_id=f"{sample_id}/q{qi}", question=question, answer=str(answer),
                             evidence=evidence, category=cat))
             stats.qa_kept += 1
         stats.episodes += 1
@@ -101,26 +147,51 @@ def load_locomo(path: str | Path | None = None, include_adversarial: bool = Fals
     return episodes
 
 
+def _hotpot_context(item: dict, where: str, path) -> list[tuple[str, list]]:
+    ctx = item.get("context")
+    ok = isinstance(ctx, list) and all(isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[1], list)
+                                       for p in ctx)
+    if not ok:
+        raise CorpusError(f"{path}: {where} context must be a list of [title, [sentences...]] pairs")
+    return [(_text(t, f"{where} context title", path), sents) for t, sents in ctx]
+
+
 def load_hotpotqa(path: str | Path, stats: LoadStats | None = None) -> list[Episode]:
     data = _load_json(Path(path))
+    if not isinstance(data, list):
+        raise CorpusError(f"{path}: expected a list of HotpotQA items")
     stats = stats if stats is not None else LoadStats()
     episodes = []
     for qi, item in enumerate(data):
+        where = f"item #{qi}"
+        if not isinstance(item, dict) or "question" not in item or "answer" not in item:
+            raise CorpusError(f"{path}: {where} must be an object with 'question', 'answer' and 'context'")
         steps, key_to_id = [], {}
-        for title, sentences in item["context"]:
+        for title, sentences in _hotpot_context(item, where, path):
             for si, sent in enumerate(sentences):
                 sid = f"{title}#{si}"
+                if (title, si) in key_to_id:
+                    raise CorpusError(f"{path}: {where}: duplicate context title {title!r}")
                 key_to_id[(title, si)] = sid
-                steps.append(Step(step_id=sid, index=len(steps), text=sent.strip(), speaker=title))
-        ep = Episode(episode_id=str(item.get("_id", qi)), steps=steps, source="hotpotqa")
-        evidence = [key_to_id[(t, i)] for t, i in item.get("supporting_facts", []) if (t, i) in key_to_id]
-        missing = len(item.get("supporting_facts", [])) - len(evidence)
+                steps.append(Step(step_id=sid, index=len(steps), text=_text(sent, f"{where} {sid}", path).strip(),
+                                  speaker=title))
+        episode_id = _text(item.get("_id", qi), f"{where} _id", path)
+        ep = Episode(episode_id=episode_id, steps=steps, source="hotpotqa")
+        facts = item.get("supporting_facts", [])
+        if not isinstance(facts, list) or not all(
+                isinstance(f, (list, tuple)) and len(f) == 2 and isinstance(f[0], str) and isinstance(f[1], int)
+                and not isinstance(f[1], bool) for f in facts):
+            raise CorpusError(f"{path}: {where} supporting_facts must be a list of [title, sentence index] pairs")
+        facts = [(t, i) for t, i in facts]
+        evidence = [key_to_id[(t, i)] for t, i in facts if (t, i) in key_to_id]
+        missing = [f"{ep.episode_id}/{t}#{i}" for t, i in facts if (t, i) not in key_to_id]
         if missing:
-            stats.unknown_evidence_ids.extend(f"{ep.episode_id}/{t}#{i}" for t, i in item["supporting_facts"]
-                                              if (t, i) not in key_to_id)
+            stats.unknown_evidence_ids.extend(missing)
         if evidence:
-            ep.qa.append(QA(qa_id=f"{ep.episode_id}/q0", question=item["question"], answer=str(item["answer"]),
-                            evidence=evidence, category=item.get("type", "unknown")))
+            category = item.get("type", "unknown")
+            ep.qa.append(QA(qa_id=f"{ep.episode_id}/q0", question=_text(item["question"], f"{where} question", path),
+                            answer=str(item["answer"]), evidence=evidence,
+                            category=category if isinstance(category, str) else str(category)))
             stats.qa_kept += 1
         else:
             stats.skipped_no_evidence += 1

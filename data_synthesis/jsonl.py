@@ -25,8 +25,12 @@ def read_jsonl(path: str | os.PathLike, required: Iterable[str] = (),
     :func:`repair_truncated_tail` before resuming a writer.
     """
     required = tuple(required)
-    with open(path, encoding="utf-8") as fh:
-        for lineno, raw in enumerate(fh, start=1):
+    with open(path, "rb") as fh:
+        for lineno, raw_bytes in enumerate(fh, start=1):
+            try:
+                raw = raw_bytes.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise RecordError(path, lineno, f"not UTF-8 text (byte {err.start})") from None
             if not raw.strip():
                 continue
             try:
@@ -42,8 +46,8 @@ def read_jsonl(path: str | os.PathLike, required: Iterable[str] = (),
             if validate is not None:
                 try:
                     validate(rec)
-                except (ValueError, TypeError, KeyError) as err:
-                    raise RecordError(path, lineno, str(err)) from None
+                except (ValueError, TypeError, KeyError, AttributeError, IndexError) as err:
+                    raise RecordError(path, lineno, str(err) or type(err).__name__) from None
             yield rec
 
 
@@ -82,7 +86,11 @@ class ResumableJsonlWriter:
         self.repaired_bytes = repair_truncated_tail(self.path)
         self.done: set[str] = set()
         if self.path.exists():
-            for rec in read_jsonl(self.path, required=(key,)):
+            def scalar_key(rec: dict) -> None:
+                if isinstance(rec[key], bool) or not isinstance(rec[key], (str, int, float)):
+                    raise ValueError(f"{key} must be a string or a number, got {rec[key]!r:.60}")
+
+            for rec in read_jsonl(self.path, required=(key,), validate=scalar_key):
                 self.done.add(rec[key])
         self._fh = open(self.path, "a", encoding="utf-8")
 

@@ -48,7 +48,7 @@ class SufficiencySynthConfig:
     """Options of ``memroute synth sufficiency`` (YAML recipe + CLI overrides)."""
 
     output_dir: str = "outputs/sufficiency_data"
-    corpus: str = field(default="locomo", metadata={"help": "locomo or hotpotqa"})
+    corpus: str = field(default="locomo", metadata={"help": "locomo, hotpotqa or textworld"})
     corpus_path: str | None = field(default=None, metadata={"help": "defaults to the LoCoMo file shipped in the package"})
     eval_fraction: float = 0.2
     eval_episodes: list[str] | None = field(default=None, metadata={"help": "explicit held-out episode ids"})

@@ -289,9 +289,10 @@ def run(cfg: RetrievalEvalConfig, encoders: Mapping[str, object] | None = None) 
                 raise FileNotFoundError(f"trained_encoder {trained} does not exist (train one, or pass --trained_encoder none)")
             encoders["trained"] = load_encoder(trained)
             identities["trained"] = model_identity(trained)
-    from eval.score_cache import ResultCache
+    from eval.score_cache import ResultCache, ranking_field
 
-    with ResultCache(out / "ranking_cache.jsonl", fresh=not cfg.resume) as cache:
+    with ResultCache(out / "ranking_cache.jsonl", fresh=not cfg.resume, required=("top10",),
+                     validate=ranking_field) as cache:
         results, rows = evaluate_systems(cfg, episodes, encoders, cache, identities)
         n_cached = cache.hits
     if n_cached:

@@ -17,7 +17,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from data_synthesis.jsonl import RecordError, ResumableJsonlWriter, read_jsonl
 
@@ -54,16 +54,41 @@ def model_identity(source: str | os.PathLike | None, **settings: Any) -> str | N
     return f"{ident}#{content_hash(settings)}" if settings else ident
 
 
+def _check_key(validate):
+    def check(rec: dict) -> None:
+        if not isinstance(rec["key"], str):
+            raise ValueError(f"key must be a string, got {rec['key']!r:.60}")
+        if validate is not None:
+            validate(rec)
+    return check
+
+
+def score_field(rec: dict) -> None:
+    """``score``: a number or null (over the input budget)."""
+    v = rec["score"]
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+        raise ValueError(f"score must be a number or null, got {v!r:.60}")
+
+
+def ranking_field(rec: dict) -> None:
+    """``top10``: a list of step ids (strings)."""
+    v = rec["top10"]
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise ValueError(f"top10 must be a list of step ids, got {v!r:.60}")
+
+
 class ResultCache:
     """Append-only, crash-safe cache of per-sample results (records carry their ``key``)."""
 
-    def __init__(self, path: str | os.PathLike, fresh: bool = False):
+    def __init__(self, path: str | os.PathLike, fresh: bool = False, required: tuple[str, ...] = (),
+                 validate: Callable[[dict], None] | None = None):
         self.path = Path(path)
         if fresh and self.path.exists():
             self.path.unlink()
         try:
             self._writer = ResumableJsonlWriter(self.path, key="key")
-            self._records = {rec["key"]: rec for rec in read_jsonl(self.path, required=("key",))}
+            self._records = {rec["key"]: rec for rec in read_jsonl(self.path, required=("key", *required),
+                                                                   validate=_check_key(validate))}
         except RecordError as err:
             raise RecordError(err.path, err.line, f"{err.reason} (a corrupt result cache: delete {self.path} "
                                                   "or rerun with --resume false)") from None

@@ -237,7 +237,7 @@ def main(argv=None) -> dict:
     records = load_eval_records(cfg.data, cfg.max_samples)
     labels = np.array([int(r["label"]) for r in records], dtype=np.int64)
 
-    from eval.score_cache import ResultCache, model_identity
+    from eval.score_cache import ResultCache, model_identity, score_field
     from routers.models import resolve_causal_lm
 
     loaders, identities = {}, {}
@@ -249,7 +249,7 @@ def main(argv=None) -> dict:
         identities[TRAINED] = model_identity(cfg.router, kind="from_pretrained")
     scores: dict[str, np.ndarray] = {}
     models: dict[str, dict] = {}
-    cache = ResultCache(out / "score_cache.jsonl", fresh=not cfg.resume)
+    cache = ResultCache(out / "score_cache.jsonl", fresh=not cfg.resume, required=("score",), validate=score_field)
     for name, load in loaders.items():
         print(f"[eval] scoring {len(records)} samples with the {name} router", file=sys.stderr)
         scores[name], info = _score_with(load, records, cfg.batch_size, cache, identities[name], name)

@@ -40,9 +40,63 @@ def register_router(name: str):
     return wrap
 
 
+class RouterConfigError(ValueError):
+    """A router export whose router_config.json / calibration.json is missing or malformed (names the file)."""
+
+
+def _read_json_file(file: Path, what: str):
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RouterConfigError(f"{file}: missing ({what})") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:  # JSONDecodeError, huge ints, deep nesting
+        raise RouterConfigError(f"{file}: invalid JSON ({getattr(err, 'msg', None) or type(err).__name__})") from None
+    except OSError as err:
+        raise RouterConfigError(f"{file}: cannot be read ({err.strerror or err})") from None
+
+
+def read_router_config(path: str | os.PathLike, router_type: str | None = None, config_cls=None) -> dict:
+    """``router_config.json`` of an export, checked: a JSON object, the expected ``router_type``, and (with
+    ``config_cls``) every field the dataclass needs, with the right JSON type. Errors name the file."""
+    from routers.validation import check_fields
+
+    path = Path(path)
+    file = path / ROUTER_CONFIG
+    raw = _read_json_file(file, "not a router export directory?")
+    if not isinstance(raw, dict):
+        raise RouterConfigError(f"{file}: expected a JSON object, got {type(raw).__name__}")
+    if router_type is not None and raw.get("router_type") != router_type:
+        raise RouterConfigError(f"{file}: router_type is {raw.get('router_type')!r}, expected {router_type!r}")
+    if config_cls is not None:
+        import dataclasses
+
+        fields = dataclasses.fields(config_cls)
+        missing = [f.name for f in fields if f.init and f.name not in raw
+                   and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise RouterConfigError(f"{file}: missing field(s) {missing}")
+        check_fields({f.name: raw[f.name] for f in fields if f.name in raw}, config_cls, str(file),
+                     error=RouterConfigError)
+    return raw
+
+
+def read_calibration(path: str | os.PathLike) -> dict:
+    """``calibration.json`` of an export ({} when absent); ``threshold``, when present, must be a number."""
+    file = Path(path) / CALIBRATION
+    if not file.exists():
+        return {}
+    cal = _read_json_file(file, "calibration")
+    if not isinstance(cal, dict):
+        raise RouterConfigError(f"{file}: expected a JSON object, got {type(cal).__name__}")
+    t = cal.get("threshold")
+    if "threshold" in cal and (isinstance(t, bool) or not isinstance(t, (int, float)) or t != t):
+        raise RouterConfigError(f"{file}: threshold must be a number, got {t!r:.80}")
+    return cal
+
+
 def load_router(path: str | os.PathLike, **kwargs):
     """Load any exported router by reading its ``router_config.json``."""
-    cfg = json.loads((Path(path) / ROUTER_CONFIG).read_text())
+    cfg = read_router_config(path)
     kind = cfg.get("router_type")
     if kind not in _REGISTRY:
         raise ValueError(f"{path}: unknown router_type {kind!r}; known: {sorted(_REGISTRY)}")

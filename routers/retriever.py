@@ -14,7 +14,6 @@ Embeddings are L2-normalized, so scores are cosine similarities in [-1, 1].
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from routers.base import (ROUTER_CONFIG, ROUTER_SCHEMA_VERSION, atomic_directory, git_revision, library_versions,
-                          model_card_json_sections, register_router, write_json)
+                          model_card_json_sections, read_router_config, register_router, write_json)
 from routers.memory.index import VectorIndex
 from routers.memory.schema import Episode, Step
 
@@ -71,9 +70,7 @@ class RetrieverRouter:
         from sentence_transformers import SentenceTransformer
 
         path = Path(path)
-        raw = json.loads((path / ROUTER_CONFIG).read_text())
-        if raw.get("router_type") != "retriever":
-            raise ValueError(f"{path}: router_type is {raw.get('router_type')!r}, expected 'retriever'")
+        raw = read_router_config(path, "retriever", RetrieverConfig)
         cfg = RetrieverConfig(**{k: raw[k] for k in RetrieverConfig.__dataclass_fields__ if k in raw})
         model = SentenceTransformer(str(path), device=device)
         return cls(model, cfg)

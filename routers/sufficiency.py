@@ -7,7 +7,6 @@ terminates retrieval when s >= tau; a prompt longer than the input budget always
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -16,8 +15,9 @@ from typing import Sequence
 
 import torch
 
-from routers.base import (CALIBRATION, ROUTER_CONFIG, ROUTER_SCHEMA_VERSION, atomic_directory, git_revision,
-                          library_versions, model_card_json_sections, register_router, write_json)
+from routers.base import (CALIBRATION, ROUTER_CONFIG, ROUTER_SCHEMA_VERSION, RouterConfigError, atomic_directory,
+                          git_revision, library_versions, model_card_json_sections, read_calibration,
+                          read_router_config, register_router, write_json)
 
 YES_WORDS = ("yes", "Yes", "YES")
 NO_WORDS = ("no", "No", "NO")
@@ -131,15 +131,19 @@ class SufficiencyRouter:
         from routers.models import default_device
 
         path = Path(path)
-        raw = json.loads((path / ROUTER_CONFIG).read_text())
-        if raw.get("router_type") != "sufficiency":
-            raise ValueError(f"{path}: router_type is {raw.get('router_type')!r}, expected 'sufficiency'")
+        raw = read_router_config(path, "sufficiency", SufficiencyConfig)
         cfg = SufficiencyConfig(**{k: raw[k] for k in SufficiencyConfig.__dataclass_fields__ if k in raw})
-        calibration = json.loads((path / CALIBRATION).read_text()) if (path / CALIBRATION).exists() else {}
+        if not cfg.yes_token_ids or not cfg.no_token_ids:
+            raise RouterConfigError(f"{path / ROUTER_CONFIG}: yes_token_ids and no_token_ids must not be empty")
+        calibration = read_calibration(path)
         if "threshold" in calibration:
             cfg.threshold = float(calibration["threshold"])
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
         tok = AutoTokenizer.from_pretrained(path)
+        vocab = model.get_output_embeddings().weight.shape[0]
+        bad = [i for i in cfg.yes_token_ids + cfg.no_token_ids if not 0 <= i < vocab]
+        if bad:
+            raise RouterConfigError(f"{path / ROUTER_CONFIG}: verbalizer token id(s) {bad} outside the vocabulary (0..{vocab - 1})")
         model.to(device or default_device())
         return cls(model, tok, cfg, calibration)
 

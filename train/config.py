@@ -7,6 +7,7 @@ override them, and a key that no dataclass knows is an error (with the closest v
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import os
@@ -27,9 +28,11 @@ def _field_names(types: Sequence[type]) -> set[str]:
 
 def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: invalid YAML: {err}") from None
+    except (UnicodeDecodeError, RecursionError) as err:
+        raise ConfigError(f"{path}: unreadable YAML ({type(err).__name__})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a recipe must be a mapping of option -> value")
     return data
@@ -64,8 +67,19 @@ def parse_config(parser, types: Sequence[type], argv: Sequence[str] | None = Non
     if config_path:
         values = load_yaml(config_path)
         check_keys(values, types, config_path)
+        from routers.validation import check_fields
+
+        for t in types:  # strings are converted (or refused) by argparse with the field's type
+            check_fields(values, t, str(config_path), error=ConfigError, strings_convert=True)
         parser.set_defaults(**values)
-    namespace, remaining = parser.parse_known_args(argv)
+    exit_on_error = getattr(parser, "exit_on_error", True)
+    parser.exit_on_error = False  # a bad value raises ConfigError instead of printing usage and exiting
+    try:
+        namespace, remaining = parser.parse_known_args(argv)
+    except argparse.ArgumentError as err:
+        raise ConfigError(f"{config_path or 'command line'}: {err}") from None
+    finally:
+        parser.exit_on_error = exit_on_error
     if remaining:
         raise ConfigError(f"unknown command-line option(s): {remaining}")
     out = []
@@ -73,7 +87,12 @@ def parse_config(parser, types: Sequence[type], argv: Sequence[str] | None = Non
     args.pop("config", None)
     for t in types:
         names = {f.name for f in dataclasses.fields(t) if f.init}
-        out.append(t(**{k: v for k, v in args.items() if k in names}))
+        try:
+            out.append(t(**{k: v for k, v in args.items() if k in names}))
+        except (ValueError, TypeError) as err:  # a dataclass's own checks (e.g. TrainingArguments.__post_init__)
+            if isinstance(err, ConfigError):
+                raise
+            raise ConfigError(f"{config_path or 'command line'}: invalid {t.__name__}: {err}") from None
     return out
 
 

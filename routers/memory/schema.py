@@ -69,8 +69,44 @@ class Episode:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Episode":
+        """Inverse of :meth:`to_dict`; a malformed dict raises ValueError naming the step / question and field."""
+        _check_episode_dict(d)
         return cls(episode_id=d["episode_id"], source=d.get("source", "unknown"), meta=d.get("meta", {}),
                    steps=[Step(**s) for s in d["steps"]], qa=[QA(**q) for q in d.get("qa", [])])
+
+
+def _check_item(item, cls, where: str) -> None:
+    import dataclasses
+
+    from routers.validation import check_fields
+
+    if not isinstance(item, dict):
+        raise ValueError(f"{where} must be an object, got {type(item).__name__}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    required = [f.name for f in dataclasses.fields(cls)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    unknown = sorted(set(item) - names, key=str)
+    missing = [k for k in required if k not in item]
+    if unknown or missing:
+        raise ValueError(f"{where}: " + "; ".join(x for x in (f"missing field(s) {missing}" if missing else "",
+                                                             f"unknown field(s) {unknown}" if unknown else "") if x))
+    check_fields(item, cls, where, what="field")
+
+
+def _check_episode_dict(d) -> None:
+    if not isinstance(d, dict):
+        raise ValueError(f"an episode must be an object, got {type(d).__name__}")
+    for key, kind in (("episode_id", str), ("steps", list), ("qa", list), ("source", str), ("meta", dict)):
+        if (key in d or key in ("episode_id", "steps")) and not isinstance(d.get(key), kind):
+            raise ValueError(f"episode field {key!r} must be a {kind.__name__}, got {d.get(key)!r:.60}")
+    seen: set[str] = set()
+    for i, s in enumerate(d["steps"]):
+        _check_item(s, Step, f"step #{i}")
+        if s["step_id"] in seen:
+            raise ValueError(f"step #{i}: duplicate step_id {s['step_id']!r}")
+        seen.add(s["step_id"])
+    for i, q in enumerate(d.get("qa", [])):
+        _check_item(q, QA, f"qa #{i}")
 
 
 @dataclass
