@@ -12,6 +12,10 @@ Benchmarks (``BENCHMARKS``; pick with ``--which``):
   yes or no, decoded greedily with exactly ``generate_new_tokens`` new tokens (``min_new_tokens =
   max_new_tokens``, so the baseline is well defined whatever the model writes; KV cache on).
   Target: speedup (generate / router) >= 10.
+* ``index_latency`` (eval/bench_retrieval.py): dense memory index top-10 query latency and indexing
+  throughput at ``index_steps`` steps, against a pure-Python loop and the 5 ms budget.
+* ``memagent_probe`` (eval/bench_memagent.py): MemAgent's Begin probe over 13 providers x
+  ``memagent_memories`` memories, against a per-provider loop and the 10 ms budget.
 * ``distill_step``: LoRA training step time (``SufficiencyTrainer.compute_loss`` + backward + AdamW
   step) on the same fixed batches in three modes: ``lambda_rep = 0`` (baseline, no distillation),
   distillation with the teacher forward each step (no cache), and distillation with the teacher states
@@ -21,12 +25,17 @@ Every benchmark writes ``<output_dir>/<name>.json`` with machine info, library v
 config, the data used, and a list of figures ``{name, unit, value, baseline, ratio, ratio_definition,
 target, meets_target}``; ``report.json`` gathers them and ``report.md`` is the table that is printed.
 Nothing here asserts on a time: a missed target is reported (``meets_target: false``), not raised.
+
+The registry (``BENCHMARKS``) maps names to ``"module:function"`` and imports each one only when it runs:
+a benchmark whose module is missing, or that raises, becomes an error entry in the report (the others
+still run, the report is still written); ``--strict`` then makes the command fail.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gc
+import importlib
 import json
 import math
 import operator
@@ -85,6 +94,12 @@ class BenchConfig:
     device: str | None = field(default=None, metadata={"help": "cpu / cuda / mps; default: best available."})
     inference_dtype: str = field(default="float32", metadata={
         "help": "Weights dtype for router_latency (both sides): float32 or bfloat16."})
+    index_steps: int = field(default=10_000, metadata={"help": "Memory size (steps) for index_latency."})
+    memagent_memories: int = field(default=10_000, metadata={"help": "Memories per provider for memagent_probe."})
+    memagent_encoder: str = field(default="minilm", metadata={
+        "help": "Query encoder for memagent_probe; 'none' = random query vectors."})
+    strict: bool = field(default=False, metadata={
+        "help": "Fail (after writing the report) when a benchmark errors or is unavailable."})
     seed: int = 0
 
 
@@ -408,11 +423,35 @@ def bench_index_latency(cfg: BenchConfig, records: list[dict], device: str) -> d
     return run(cfg, records, device)
 
 
-BENCHMARKS: dict[str, Callable[[BenchConfig, list[dict], str], dict]] = {
-    "router_latency": bench_router_latency,
-    "distill_step": bench_distill_step,
-    "index_latency": bench_index_latency,
+def bench_memagent_probe(cfg: BenchConfig, records: list[dict], device: str) -> dict:
+    """MemAgent's Begin probe, 13 providers x ``memagent_memories`` (eval/bench_memagent.py)."""
+    from eval.bench_memagent import bench_memagent_probe as run
+
+    encoder = None if (cfg.memagent_encoder or "").lower() in ("", "none") else cfg.memagent_encoder
+    return run(cfg, records, device, encoder=encoder)
+
+
+# name -> "module:function"; imported only when the benchmark runs (a missing module is an error entry).
+BENCHMARKS: dict[str, str] = {
+    "router_latency": "eval.bench:bench_router_latency",
+    "distill_step": "eval.bench:bench_distill_step",
+    "index_latency": "eval.bench:bench_index_latency",
+    "memagent_probe": "eval.bench:bench_memagent_probe",
 }
+# Benchmarks that need the causal LM and its sufficiency samples (the others bring their own data).
+NEEDS_SAMPLES = {"router_latency", "distill_step"}
+
+
+def resolve_benchmark(spec: str | Callable) -> Callable[[BenchConfig, list[dict], str], dict]:
+    if callable(spec):
+        return spec
+    module, _, func = spec.partition(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def error_entry(name: str, err: BaseException, kind: str = "error") -> dict:
+    return {"benchmark": name, "error": f"{kind}: {type(err).__name__}: {err}", "traceback": traceback.format_exc(),
+            "figures": [], "target": None, "meets_target": False}
 
 
 # -- report ----------------------------------------------------------------------------------------------
@@ -444,60 +483,85 @@ def markdown_report(results: dict[str, dict]) -> str:
 def run_benchmarks(cfg: BenchConfig) -> dict:
     """Run ``cfg.which``, write ``<name>.json``, ``report.json`` and ``report.md``; return the report.
 
-    A benchmark that raises is recorded with its error (the others still run) and the report is
-    written; then a RuntimeError names the failures.
+    A benchmark that is unavailable (its module does not import) or raises is recorded as an error
+    entry; the others still run and the report is written. With ``cfg.strict`` a RuntimeError then
+    names the failures.
     """
     unknown = [w for w in cfg.which if w not in BENCHMARKS]
     if unknown or not cfg.which:
         raise ConfigError(f"--which: unknown benchmark(s) {unknown}; choose from {sorted(BENCHMARKS)}")
     if cfg.n_samples < 1 or cfg.train_steps < 1 or cfg.batch_size < 1 or cfg.generate_new_tokens < 1:
         raise ConfigError("n_samples, train_steps, batch_size and generate_new_tokens must be >= 1")
-    if cfg.warmup_steps < 0:
-        raise ConfigError("warmup_steps must be >= 0")
+    if cfg.warmup_steps < 0 or cfg.index_steps < 1 or cfg.memagent_memories < 1:
+        raise ConfigError("warmup_steps must be >= 0, index_steps and memagent_memories >= 1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from transformers import AutoTokenizer
-
     from routers.base import git_revision, library_versions
-    from routers.models import default_device, resolve_causal_lm
+    from routers.models import default_device
 
     device = cfg.device or default_device()
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tok_source = cfg.router if cfg.router else resolve_causal_lm(cfg.model_name_or_path)
-    records, data_info = load_samples(cfg, AutoTokenizer.from_pretrained(tok_source))
+    records: list[dict] = []
+    data_info: dict = {"source": None, "n_samples": 0, "note": "no selected benchmark needs sufficiency samples"}
+    samples_error: BaseException | None = None
+    if NEEDS_SAMPLES & set(cfg.which):
+        try:
+            from transformers import AutoTokenizer
+
+            from routers.models import resolve_causal_lm
+
+            tok_source = cfg.router if cfg.router else resolve_causal_lm(cfg.model_name_or_path)
+            records, data_info = load_samples(cfg, AutoTokenizer.from_pretrained(tok_source))
+        except Exception as err:  # noqa: BLE001 - only the benchmarks that need samples fail
+            traceback.print_exc()
+            samples_error, data_info = err, {"source": None, "n_samples": 0, "error": f"{type(err).__name__}: {err}"}
     envelope = {"schema_version": SCHEMA_VERSION, "machine": machine_info(device), "versions": library_versions(),
                 "git_revision": git_revision(), "config": dataclasses.asdict(cfg), "data": data_info}
     results: dict[str, dict] = {}
     for name in cfg.which:
-        print(f"[bench] {name} on {device} with {len(records)} samples", file=sys.stderr)
+        print(f"[bench] {name} on {device}", file=sys.stderr)
         t0 = time.perf_counter()
         try:
-            res = BENCHMARKS[name](cfg, records, device)
+            if name in NEEDS_SAMPLES and samples_error is not None:
+                raise RuntimeError(f"no samples: {data_info['error']}")
+            fn = resolve_benchmark(BENCHMARKS[name])
         except Exception as err:  # noqa: BLE001 - recorded, the other benchmarks still run
-            traceback.print_exc()
-            res = {"benchmark": name, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc(),
-                   "figures": [], "target": None, "meets_target": False}
+            res = error_entry(name, err, "unavailable")
+        else:
+            try:
+                res = fn(cfg, records, device)
+            except Exception as err:  # noqa: BLE001 - recorded, the other benchmarks still run
+                traceback.print_exc()
+                res = error_entry(name, err)
         res["wall_s"] = time.perf_counter() - t0
         results[name] = res
         atomic_write_json(out / f"{name}.json", {**envelope, **res})
-    md = markdown_report(results)
+    failed = {n: r["error"] for n, r in results.items() if "error" in r}
     report = {**envelope, "benchmarks": results,
               "summary": [{"benchmark": n, **{k: f.get(k) for k in ("name", "unit", "value", "baseline", "ratio",
                                                                      "ratio_definition", "meets_target")},
                            "target": f.get("target", {}).get("text")}
                           for n, r in results.items() for f in r["figures"]],
+              "errors": failed,
               "meets_all_targets": all(r["meets_target"] for r in results.values()),
               "files": {n: f"{n}.json" for n in results} | {"markdown": "report.md"}}
     atomic_write_json(out / "report.json", report)
-    header = (f"# memroute benchmarks\n\n{envelope['machine']['platform']}, device {device}, "
-              f"{envelope['machine']['cpu_count']} CPUs, torch threads {envelope['machine']['torch_threads']}; "
-              f"model {cfg.router or cfg.model_name_or_path}; data: {data_info['source']} "
-              f"({data_info['n_samples']} samples)\n\n")
-    atomic_write_text(out / "report.md", header + md)
-    failed = [n for n, r in results.items() if "error" in r]
+    m, v = envelope["machine"], envelope["versions"]
+    versions = ", ".join(f"{k} {v[k]}" for k in ("python", "torch", "transformers", "peft", "accelerate",
+                                                  "sentence-transformers") if k in v)
+    header = (f"# memroute benchmarks\n\n- machine: {m['platform']}, {m['cpu_count']} CPUs, torch threads "
+              f"{m['torch_threads']}, device {device}{' (' + m['device_name'] + ')' if m.get('device_name') else ''}\n"
+              f"- versions: {versions}; git {envelope['git_revision'] or 'n/a'}\n"
+              f"- model: {cfg.router or cfg.model_name_or_path}; data: {data_info.get('source')} "
+              f"({data_info.get('n_samples', 0)} samples)\n"
+              f"- ratio: value/baseline for slowdowns (smaller is better), baseline/value for speedups\n\n")
+    atomic_write_text(out / "report.md", header + markdown_report(results))
     if failed:
-        raise RuntimeError(f"benchmark(s) failed: {failed}; see {out}/<name>.json (report written)")
+        print(f"[bench] {len(failed)} benchmark(s) failed or unavailable: {sorted(failed)}; see {out}/<name>.json",
+              file=sys.stderr)
+        if cfg.strict:
+            raise RuntimeError(f"benchmark(s) failed: {sorted(failed)}; see {out}/<name>.json (report written)")
     return report
 
 
