@@ -21,8 +21,28 @@ def collect() -> dict:
                            "bf16_cuda": torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
                            "mps": bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()),
                            "torch_threads": torch.get_num_threads()}
+        from routers.models import bf16_supported
+
+        info["devices"]["bf16_native"] = bf16_supported()  # CUDA bf16, or a CPU with AVX512-BF16 / AMX
+        import torch.distributed as dist
+
+        info["distributed"] = {"available": dist.is_available(),
+                               **({f"{b}": getattr(dist, f"is_{b}_available")() for b in ("gloo", "nccl", "mpi")}
+                                  if dist.is_available() else {}),
+                               "launched_world_size": int(os.environ.get("WORLD_SIZE", "1") or 1)}
     except ImportError:
         info["devices"] = "torch not installed"
+    import importlib.util
+
+    # The GPU path: bf16 autocast (--bf16 true) and flash attention when the package is installed
+    # (attn_implementation "auto" picks flash_attention_2 on CUDA then).
+    info["attention"] = {"flash_attn_installed": importlib.util.find_spec("flash_attn") is not None}
+    try:
+        from accelerate.commands.config import default_config_file
+
+        info["accelerate_config"] = default_config_file if os.path.exists(default_config_file) else None
+    except ImportError:
+        info["accelerate_config"] = None
     models = {}
     for name, fn in (("smollm2_gguf", smollm2_gguf_path), ("minilm", minilm_path)):
         try:

@@ -197,3 +197,16 @@ def test_accelerate_configs_parse():
     # The multi-GPU (torchrun) launcher is the one that starts several local processes.
     assert cpu_ddp.distributed_type.value == "MULTI_GPU" and cpu_ddp.num_processes == 2 and not cpu_ddp.use_cpu
     assert load_config_from_file(str(CPU_DDP.parent / "fsdp.yaml")).distributed_type.value == "FSDP"
+
+
+def test_env_reports_what_a_distributed_bug_report_needs():
+    from eval.env import collect
+
+    info = collect()
+    assert {"torch", "transformers", "accelerate", "peft"} <= set(info["versions"])
+    assert info["distributed"]["available"] is True and info["distributed"]["gloo"] is True
+    assert info["distributed"]["launched_world_size"] == 1
+    assert isinstance(info["devices"]["bf16_native"], bool) and info["devices"]["cuda"] == torch.cuda.is_available()
+    assert isinstance(info["attention"]["flash_attn_installed"], bool)
+    assert set(info["embedded_models"]) == {"smollm2_gguf", "minilm", "smollm2_converted"}
+    assert Path(info["cache_dir"]).is_dir()
