@@ -43,6 +43,16 @@ def check_world_size(args) -> None:
             "(optionally --ddp_backend gloo).")
 
 
+def warn_if_fsdp_ignored(trainer) -> None:
+    """An FSDP launch (configs/accelerate/fsdp.yaml) on CPU trains with plain DDP: say so instead of pretending."""
+    import sys
+
+    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true") and not getattr(trainer, "is_fsdp_enabled", False):
+        if trainer.is_world_process_zero():
+            print(f"[memroute] FSDP was requested but is not active ({trainer.accelerator.distributed_type}): "
+                  "FSDP needs GPUs; on CPU the ranks train with DDP (full replicas).", file=sys.stderr)
+
+
 def resolve_attn_implementation(requested: str | None) -> str | None:
     """``"auto"``: flash_attention_2 on CUDA when the ``flash_attn`` package is installed, else None (the
     transformers default, sdpa). Any other value (``sdpa``, ``eager``, ``flash_attention_2``...) is kept."""

@@ -44,7 +44,7 @@ from sentence_transformers.sentence_transformer.data_collator import SentenceTra
 from data_synthesis.jsonl import atomic_write_json
 from routers.models import DEFAULT_ENCODER
 from train.checkpoints import last_complete_checkpoint
-from train.distributed import check_world_size, cpu_ddp_defaults
+from train.distributed import check_world_size, cpu_ddp_defaults, warn_if_fsdp_ignored
 from train.retriever_losses import IGNORE, POSITIVE, MultiPositiveInfoNCELoss, pack_labels
 
 DATA_COLUMNS = ("query", "positives", "negatives", "positive_kinds")
@@ -264,6 +264,7 @@ def main(argv=None):
     dataset = build_dataset(cfg)
     trainer = RetrieverTrainer(model=model, args=cfg, train_dataset=dataset, loss=make_loss(model, cfg))
     check_world_size(trainer.args)
+    warn_if_fsdp_ignored(trainer)
     if trainer.is_world_process_zero():
         save_resolved_config(cfg.output_dir, cfg)
         print(f"[memroute] {len(dataset)} training queries from {cfg.train_file}; batch "

@@ -25,7 +25,7 @@ from routers.models import DEFAULT_CAUSAL_LM
 from routers.sufficiency import (NO_WORDS, YES_WORDS, build_prompt, last_token_logits, left_pad,
                                  verbalizer_ids)
 from train.checkpoints import last_complete_checkpoint
-from train.distributed import check_world_size, cpu_ddp_defaults, resolve_attn_implementation
+from train.distributed import check_world_size, cpu_ddp_defaults, warn_if_fsdp_ignored, resolve_attn_implementation
 from train.losses import GroupedTokenLoss, RepresentationDistillationLoss
 
 SAMPLE_FIELDS = ("id", "question", "context", "label")
@@ -287,6 +287,7 @@ def main(argv=None):
                                  yes_ids=yes_ids, no_ids=no_ids, lambda_rep=cfg.lambda_rep, rep_layer=rep_layer, s0=s0,
                                  teacher_model=teacher, cache_teacher_states=cfg.cache_teacher_states)
     check_world_size(trainer.args)
+    warn_if_fsdp_ignored(trainer)
     if teacher is not None:
         teacher.to(trainer.args.device)
     if trainer.is_world_process_zero():
