@@ -315,8 +315,10 @@ def calibrate_main(argv=None) -> dict:
         if isinstance(rec["label"], bool) or rec["label"] not in (0, 1):
             raise ValueError(f"label must be 0 or 1, got {rec['label']!r}")
         v = rec[cfg.score_field]
-        if v is not None and not isinstance(v, (int, float)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
             raise ValueError(f"{cfg.score_field} must be a number or null, got {v!r}")
+        if v is not None and not math.isnan(v) and not 0.0 <= v <= 1.0:
+            raise ValueError(f"{cfg.score_field} must lie in [0, 1] (or be null for over-budget prompts), got {v!r}")
 
     recs = list(read_jsonl(cfg.scores, required=("label", cfg.score_field), validate=validate))
     if not recs:
