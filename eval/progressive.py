@@ -335,7 +335,7 @@ def pareto_plot(rows_by_split: dict[str, list[dict]], path, title: str = "Router
     from eval.plots import _save_atomic
 
     splits = [s for s, rows in rows_by_split.items() if rows]
-    fig = Figure(figsize=(11, 4.2 * max(len(splits), 1)))
+    fig = Figure(figsize=(11, 4.4 * max(len(splits), 1)), layout="constrained")
     axes = fig.subplots(max(len(splits), 1), 2, squeeze=False)
     markers = {"fast_only": "s", "slow_only": "D", "rag": "^", "long_context": "v"}
     for si, split in enumerate(splits):
