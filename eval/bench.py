@@ -20,6 +20,10 @@ Benchmarks (``BENCHMARKS``; pick with ``--which``):
   step) on the same fixed batches in three modes: ``lambda_rep = 0`` (baseline, no distillation),
   distillation with the teacher forward each step (no cache), and distillation with the teacher states
   already cached. Targets: distill / base <= 1.5, cached / base <= 1.1.
+* ``quality_targets`` (eval/bench_targets.py): the quality targets of every issue (sufficiency AUROC,
+  retriever Recall@5, progressive T_mem / score at the dev-chosen tau on LoCoMo and TextWorld, MemAgent
+  routed success and routing overhead), read from the latest evaluation ``metrics.json`` files; a
+  missing file is a figure without a value that names the command producing it.
 
 Every benchmark writes ``<output_dir>/<name>.json`` with machine info, library versions, git revision,
 config, the data used, and a list of figures ``{name, unit, value, baseline, ratio, ratio_definition,
@@ -98,6 +102,16 @@ class BenchConfig:
     memagent_memories: int = field(default=10_000, metadata={"help": "Memories per provider for memagent_probe."})
     memagent_encoder: str = field(default="minilm", metadata={
         "help": "Query encoder for memagent_probe; 'none' = random query vectors."})
+    sufficiency_metrics: str | None = field(default="results/sufficiency_eval/metrics.json", metadata={
+        "help": "quality_targets: metrics.json of `memroute eval sufficiency`."})
+    retrieval_metrics: str | None = field(default="results/retriever_eval/metrics.json", metadata={
+        "help": "quality_targets: metrics.json of `memroute eval retrieval`."})
+    progressive_locomo_metrics: str | None = field(default="results/progressive_locomo/metrics.json", metadata={
+        "help": "quality_targets: metrics.json of `memroute eval progressive` on LoCoMo."})
+    progressive_textworld_metrics: str | None = field(default="results/progressive_textworld/metrics.json", metadata={
+        "help": "quality_targets: metrics.json of `memroute eval progressive` on TextWorld."})
+    memagent_metrics: str | None = field(default="results/memagent_eval/metrics.json", metadata={
+        "help": "quality_targets: metrics.json of `memroute eval memagent`."})
     strict: bool = field(default=False, metadata={
         "help": "Fail (after writing the report) when a benchmark errors or is unavailable."})
     seed: int = 0
@@ -138,7 +152,7 @@ def summarize(times: list[float]) -> dict:
             "p90_s": p90, "min_s": s[0] if s else None, "max_s": s[-1] if s else None, "all_s": list(times)}
 
 
-_OPS: dict[str, Callable[[float, float], bool]] = {">=": operator.ge, "<=": operator.le}
+_OPS: dict[str, Callable[[float, float], bool]] = {">=": operator.ge, "<=": operator.le, ">": operator.gt}
 
 
 def figure(name: str, unit: str, value: float | None, baseline: float | None, ratio_definition: str,
@@ -437,6 +451,7 @@ BENCHMARKS: dict[str, str] = {
     "distill_step": "eval.bench:bench_distill_step",
     "index_latency": "eval.bench:bench_index_latency",
     "memagent_probe": "eval.bench:bench_memagent_probe",
+    "quality_targets": "eval.bench_targets:bench_quality_targets",
 }
 # Benchmarks that need the causal LM and its sufficiency samples (the others bring their own data).
 NEEDS_SAMPLES = {"router_latency", "distill_step"}
