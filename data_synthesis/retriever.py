@@ -236,6 +236,11 @@ def load_retriever_dataset(path: str | Path, max_records: int | None = None, col
 
 
 # -- the job -------------------------------------------------------------------------------------------
+def _split_by_fraction(episodes: list[Episode], fraction: float, seed: int) -> tuple[list[Episode], list[Episode]]:
+    """Hold out ``fraction`` of the episodes (0 = keep all for training)."""
+    return split_episodes(episodes, fraction, seed) if fraction > 0 else (episodes, [])
+
+
 class RetrieverSynthesizer:
     def __init__(self, cfg: RetrieverSynthConfig, retriever: HybridRetriever | None = None):
         self.cfg = cfg
@@ -266,21 +271,13 @@ class RetrieverSynthesizer:
         if "hotpotqa" in cfg.corpora:
             if not Path(cfg.hotpotqa_path).exists():
                 raise FileNotFoundError(f"hotpotqa_path {cfg.hotpotqa_path} does not exist (or drop 'hotpotqa' from corpora)")
-            st = load_stats.setdefault("hotpotqa", LoadStats())
-            eps = load_hotpotqa(cfg.hotpotqa_path, stats=st)
-            if cfg.hotpotqa_eval_fraction > 0:
-                tr, ev = split_episodes(eps, cfg.hotpotqa_eval_fraction, cfg.split_seed)
-            else:
-                tr, ev = eps, []
+            eps = load_hotpotqa(cfg.hotpotqa_path, stats=load_stats.setdefault("hotpotqa", LoadStats()))
+            tr, ev = _split_by_fraction(eps, cfg.hotpotqa_eval_fraction, cfg.split_seed)
             train += tr
             held += ev
         if "textworld" in cfg.corpora:
-            st = load_stats.setdefault("textworld", LoadStats())
-            eps = load_textworld(cfg.textworld_path, stats=st)
-            if cfg.textworld_eval_fraction > 0:
-                tr, ev = split_episodes(eps, cfg.textworld_eval_fraction, cfg.split_seed)
-            else:
-                tr, ev = eps, []
+            eps = load_textworld(cfg.textworld_path, stats=load_stats.setdefault("textworld", LoadStats()))
+            tr, ev = _split_by_fraction(eps, cfg.textworld_eval_fraction, cfg.split_seed)
             train += tr
             held += ev
         return train, held
