@@ -110,6 +110,9 @@ class ForcedExplorationConfig:
     judge: str | None = field(default="HuggingFaceTB/SmolLM2-135M-Instruct",
                               metadata={"help": "judge LLM backend (openai:MODEL@URL for a real judge); none = outcome only"})
     judge_batch_size: int = 8
+    judge_constrained: bool = field(default=True, metadata={
+        "help": "force the 'Label: 0-5' reply format (local: restricted arg-max; HTTP: JSON-schema response_format) "
+                "so every judgment parses; false = free generation + parsing"})
     judge_steps_per_rollout: int = 2
     begin_outcome_weight: float = 0.5
     begin_min_reward: float = 0.5
@@ -537,7 +540,7 @@ def label(cfg: ForcedExplorationConfig, providers: Mapping | None = None, judge=
     counts: Counter = Counter()
     requests = S.judge_requests(rollouts, cfg.judge_steps_per_rollout)
     judgments, jcounts = S.run_judge(requests, judge, out / "judgments.jsonl", cfg.judge_batch_size,
-                                     progress=progress)
+                                     progress=progress, constrained=cfg.judge_constrained)
     counts.update(jcounts)
     begin = S.begin_labels(tasks, rollouts, providers, judgments, cfg.begin_outcome_weight, cfg.begin_min_reward,
                            counts)

@@ -35,6 +35,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from routers.memagent import prompts as P
 from routers.memagent.protocol import Preview, Trajectory
+from routers.models import form_reply
 
 S_MAX = 5
 # phase -> dimension -> (weight, inverted)   (paper Table 8)
@@ -212,10 +213,32 @@ def judge_requests(rollouts: Sequence[dict], judge_steps: int = 2, window: int =
     return reqs
 
 
+def _judge_replies(judge, chunk: Sequence[JudgeRequest], max_new_tokens: int, constrained: bool) -> list[str]:
+    """Free generation, or (``constrained`` and the backend has ``fill_form``) a forced ``Label: 0-5`` form.
+
+    Requests of one chunk may mix kinds (different dimensions), so forms are filled per kind.
+    """
+    if not (constrained and hasattr(judge, "fill_form")):
+        return judge.generate([r.messages for r in chunk], max_new_tokens)
+    replies: list[str | None] = [None] * len(chunk)
+    for kind in dict.fromkeys(r.kind for r in chunk):
+        idx = [i for i, r in enumerate(chunk) if r.kind == kind]
+        fields = [LABELS[d] for d in WEIGHTS[kind]]
+        forms = judge.fill_form([chunk[i].messages for i in idx], fields, [str(v) for v in range(S_MAX + 1)])
+        if len(forms) != len(idx):
+            raise RuntimeError(f"judge filled {len(forms)} forms for {len(idx)} prompts")
+        for i, form in zip(idx, forms):
+            replies[i] = form_reply(fields, form)
+    return replies
+
+
 def run_judge(requests: Sequence[JudgeRequest], judge, path: str | Path, batch_size: int = 8,
-              max_new_tokens: int = 32, progress: bool = True) -> tuple[dict[str, dict], Counter]:
+              max_new_tokens: int = 32, progress: bool = True,
+              constrained: bool = True) -> tuple[dict[str, dict], Counter]:
     """Judge what ``path`` does not hold yet; returns ({request id: judgment record}, counts).
 
+    ``constrained`` forces the reply format when the backend supports it (``fill_form``: local models
+    by restricted arg-max, HTTP servers by a JSON-schema response format), so every reply parses.
     A backend exception for a batch is counted (``judge_errors``) and not cached, so a rerun retries it.
     """
     from tqdm.auto import tqdm
@@ -229,7 +252,7 @@ def run_judge(requests: Sequence[JudgeRequest], judge, path: str | Path, batch_s
         for start in range(0, len(todo), batch_size):
             chunk = todo[start:start + batch_size]
             try:
-                replies = judge.generate([r.messages for r in chunk], max_new_tokens)
+                replies = _judge_replies(judge, chunk, max_new_tokens, constrained)
                 if len(replies) != len(chunk):
                     raise RuntimeError(f"judge returned {len(replies)} replies for {len(chunk)} prompts")
             except Exception as err:  # noqa: BLE001 - counted, falls back to outcome-only labels

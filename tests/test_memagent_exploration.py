@@ -503,3 +503,36 @@ def test_smollm2_agent_plays_a_game(games_dir, one_torch_thread):
     traj = run_episode(env, agent, env.tasks("train")[0], max_steps=12)
     assert traj.error is None and 1 <= len(traj.steps) <= 12
     assert all(s.meta["prompt_tokens"] > 50 for s in traj.steps)
+
+
+def test_constrained_judge_fills_forms_per_kind(tmp_path):
+    """With a backend that can fill forms, every judgment parses (no free-text parsing failures), and
+    a chunk mixing Begin / Query / NoOp requests gets each kind's own dimensions."""
+    seen = []
+
+    class FormJudge:
+        name = "form-judge"
+
+        def generate(self, convs, max_new_tokens=32):
+            raise AssertionError("constrained mode must not generate free text")
+
+        def fill_form(self, convs, fields, choices):
+            seen.append((tuple(fields), len(convs)))
+            assert choices == ["0", "1", "2", "3", "4", "5"]
+            return [{f: str(i % 6) for i, f in enumerate(fields)} for _ in convs]
+
+    reqs = [S.JudgeRequest("b1", "begin", "r1", None, [{"role": "user", "content": "x"}]),
+            S.JudgeRequest("q1", "query", "r1", 1, [{"role": "user", "content": "y"}]),
+            S.JudgeRequest("n1", "noop", "r2", 1, [{"role": "user", "content": "z"}]),
+            S.JudgeRequest("b2", "begin", "r2", None, [{"role": "user", "content": "w"}])]
+    out, counts = S.run_judge(reqs, FormJudge(), tmp_path / "j.jsonl", batch_size=4, progress=False)
+    assert counts["judged"] == 4 and counts["judge_unparsable"] == 0
+    assert seen == [(("Utilization", "Relevance"), 2), (("Helpfulness", "Progress", "Noise"), 1),
+                    (("Appropriateness", "Missed Opportunity"), 1)]
+    assert out["b1"]["scores"] == {"utilization": 0, "relevance": 1}
+    assert out["q1"]["scores"] == {"helpfulness": 0, "progress": 1, "noise": 2}
+    assert out["n1"]["reply"] == "Appropriateness: 0\nMissed Opportunity: 1"
+    assert out["n1"]["score"] == pytest.approx(0.5 * 0.0 + 0.5 * (1 - 1 / 5))
+    # free mode is still used when asked for (this judge's generate raises -> counted, not cached)
+    _, free = S.run_judge(reqs[:1], FormJudge(), tmp_path / "free.jsonl", progress=False, constrained=False)
+    assert free["judge_errors"] == 1 and free["judged"] == 0

@@ -220,3 +220,54 @@ def test_openai_backend_unreachable_port():
     msg = str(info.value)
     assert msg.startswith(f"openai:m@http://127.0.0.1:{port}/v1: request failed after 3 attempts")
     assert "refused" in msg.lower()
+
+
+# -- constrained form filling ------------------------------------------------------------------------
+FORM_CONVS = [[{"role": "system", "content": "Score it."}, {"role": "user", "content": "Was the memory used? Rate 0-5."}],
+              [{"role": "user", "content": "A much longer question about memory, relevance and use, please rate."}]]
+
+
+def test_transformers_fill_form_is_restricted_argmax(tiny_llama_dir, one_torch_thread):
+    """Each value is the arg-max over the choice tokens after 'Field:' given the earlier filled lines,
+    computed by hand here one conversation at a time (so left padding in the batch changes nothing)."""
+    import torch
+
+    backend = TransformersBackend(model=tiny_llama_dir, batch_size=2)
+    fields, choices = ["Utilization", "Relevance"], [str(v) for v in range(6)]
+    forms = backend.fill_form(FORM_CONVS, fields, choices)
+    model, tok = backend._load()
+    cand = models.choice_token_ids(tok, choices)
+    for conv, form in zip(FORM_CONVS, forms):
+        assert list(form) == fields and all(v in choices for v in form.values())
+        text = tok.apply_chat_template(conv, tokenize=False, add_generation_prompt=True)
+        for i, f in enumerate(fields):
+            prefix = models.form_reply(fields[:i], form) + ("\n" if i else "") + f"{f}:"
+            ids = tok.encode(text, add_special_tokens=False) + tok.encode(prefix, add_special_tokens=False)
+            with torch.inference_mode():
+                logits = model(input_ids=torch.tensor([ids])).logits[0, -1]
+            assert form[f] == choices[int(logits[cand].argmax())]
+    reply = models.form_reply(fields, forms[0])
+    assert reply == f"Utilization: {forms[0]['Utilization']}\nRelevance: {forms[0]['Relevance']}"
+
+
+def test_choice_tokens_must_be_distinct_single_tokens(smollm2_tokenizer):
+    ids = models.choice_token_ids(smollm2_tokenizer, ["0", "1", "5"])
+    assert len(set(ids)) == 3
+    with pytest.raises(ValueError, match="single tokens"):
+        models.choice_token_ids(smollm2_tokenizer, ["0", "unbelievably long choice"])
+
+
+def test_openai_fill_form_sends_json_schema_and_validates():
+    good = json.dumps({"choices": [{"message": {"content": json.dumps({"Utilization": "4", "Relevance": "2"})}}]})
+    bad = json.dumps({"choices": [{"message": {"content": json.dumps({"Utilization": "9", "Relevance": "2"})}}]})
+    with _Server(raw=[good, bad]) as srv:
+        backend = OpenAICompatibleBackend(model="judge", base_url=srv.url, timeout=5, max_retries=0)
+        fields, choices = ["Utilization", "Relevance"], [str(v) for v in range(6)]
+        assert backend.fill_form(FORM_CONVS[:1], fields, choices) == [{"Utilization": "4", "Relevance": "2"}]
+        with pytest.raises(RuntimeError, match="outside"):
+            backend.fill_form(FORM_CONVS[:1], fields, choices)
+    fmt = srv.requests[0]["body"]["response_format"]
+    assert fmt["type"] == "json_schema"
+    schema = fmt["json_schema"]["schema"]
+    assert schema["required"] == fields
+    assert schema["properties"]["Relevance"] == {"type": "string", "enum": choices}

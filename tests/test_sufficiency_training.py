@@ -259,3 +259,38 @@ def test_same_seed_same_adapter(tiny_llama_dir, train_file, tmp_path):
     assert a.keys() == b.keys() == c.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert any(not torch.equal(a[k], c[k]) for k in a if "lora_A" in k)
+
+
+def test_init_adapter_continues_from_saved_lora(trained, tiny_llama_dir, train_file, tmp_path):
+    """--init_adapter starts from a previous run's LoRA weights (not a fresh init) and trains them further."""
+    from safetensors.torch import load_file
+
+    from train.sufficiency import SufficiencyTrainingConfig, build_model
+
+    source = trained["out"]
+    saved = load_file(str(source / "adapter_model.safetensors"))
+    cfg = SufficiencyTrainingConfig(model_name_or_path=tiny_llama_dir, output_dir=str(tmp_path / "probe"),
+                                    init_adapter=str(source), report_to="none")
+    model, _ = build_model(cfg)
+    loaded = {k: v for k, v in model.state_dict().items() if "lora_" in k}
+    assert len(loaded) == len(saved)
+    for key, value in saved.items():
+        match = [v for k, v in loaded.items() if k.replace(".default", "") == key]
+        assert match and torch.equal(match[0], value), key
+    out = tmp_path / "continued"
+    train_main(base_args(tiny_llama_dir, train_file, out, "--max_steps", "2", "--save_steps", "100",
+                         "--lambda_rep", "0", "--init_adapter", str(source)))
+    after = load_file(str(out / "adapter_model.safetensors"))
+    assert after.keys() == saved.keys()
+    assert any(not torch.equal(after[k], saved[k]) for k in saved)
+    summary = json.loads((out / "train_summary.json").read_text())
+    assert summary["init_adapter"] == str(source)
+
+
+def test_init_adapter_must_be_a_lora_dir(tiny_llama_dir, tmp_path):
+    from train.sufficiency import SufficiencyTrainingConfig, build_model
+
+    cfg = SufficiencyTrainingConfig(model_name_or_path=tiny_llama_dir, output_dir=str(tmp_path / "o"),
+                                    init_adapter=str(tmp_path), report_to="none")
+    with pytest.raises(FileNotFoundError, match="adapter_config.json"):
+        build_model(cfg)

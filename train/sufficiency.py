@@ -44,6 +44,9 @@ class SufficiencyTrainingConfig(TrainingArguments):
     lora_alpha: int = 32
     lora_dropout: float = 0.05
     lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    init_adapter: str | None = field(default=None, metadata={
+        "help": "continue fine-tuning from a saved LoRA adapter (a previous run's output_dir); its r/alpha/targets "
+                "win over the lora_* options. The schedule and optimizer start fresh."})
     lambda_rep: float = field(default=0.1, metadata={"help": "weight of the distillation term; 0 disables it"})
     rep_layer: int | None = field(default=None, metadata={"help": "hidden_states index; None = middle layer"})
     s0: float | None = field(default=None, metadata={"help": "scale of L_rep; None = L_cls/L_rep on the first batch"})
@@ -223,7 +226,15 @@ def build_model(cfg: SufficiencyTrainingConfig):
     attn = resolve_attn_implementation(cfg.attn_implementation)
     if attn:
         model.set_attn_implementation(attn)
-    if cfg.use_lora:
+    if cfg.init_adapter:
+        if not cfg.use_lora:
+            raise ValueError("init_adapter needs use_lora: true")
+        from peft import PeftModel
+
+        if not (Path(cfg.init_adapter) / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"init_adapter {cfg.init_adapter}: no adapter_config.json (expected a LoRA output_dir)")
+        model = PeftModel.from_pretrained(model, cfg.init_adapter, is_trainable=True)
+    elif cfg.use_lora:
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
@@ -300,7 +311,7 @@ def main(argv=None):
             "skipped_too_long": dataset.skipped_too_long, "steps": result.global_step,
             "train_runtime_s": result.metrics.get("train_runtime"), "final_loss": result.training_loss,
             "lambda_rep": cfg.lambda_rep, "s0": trainer.s0, "rep_layer": rep_layer, "world_size": trainer.args.world_size,
-            "resumed_from": resume,
+            "resumed_from": resume, "init_adapter": cfg.init_adapter,
             "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "targets": cfg.lora_target_modules} if cfg.use_lora else None}
     if trainer.is_world_process_zero():
         atomic_write_json(Path(cfg.output_dir) / "train_summary.json", {**info, "log_history": trainer.state.log_history})
