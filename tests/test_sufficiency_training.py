@@ -232,6 +232,8 @@ def test_teacher_cache_holds_every_sample_after_one_epoch(tiny_llama_dir, train_
     assert set(trainer.teacher_cache) == set(range(16))
     hidden = trainer.model.config.hidden_size
     assert all(v.shape == (hidden,) and v.device.type == "cpu" for v in trainer.teacher_cache.values())
+    # each entry owns just its vector, not a view into the batch's whole [batch, seq, hidden] layer output
+    assert all(v.untyped_storage().nbytes() == hidden * v.element_size() for v in trainer.teacher_cache.values())
     # Cached states are the frozen teacher's (base model, adapters off): recomputing gives the same.
     ds = trainer.train_dataset
     batch = SufficiencyCollator(trainer.processing_class.pad_token_id)([ds[i] for i in (2, 9, 15)])

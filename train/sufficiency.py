@@ -159,7 +159,9 @@ class SufficiencyTrainer(Trainer):
         states = out.hidden_states[self.rep_layer][:, -1, :].float()
         if self.cache_teacher_states:
             for i, s in zip(idx, states):
-                self.teacher_cache[i] = s.detach().cpu()
+                # clone: on CPU .cpu() is a no-op and the row would be a view that keeps the whole
+                # [batch, seq, hidden] layer output alive (GBs over an epoch).
+                self.teacher_cache[i] = s.detach().cpu().clone()
         return states
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
