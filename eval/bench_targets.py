@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 
 from eval.bench import BenchConfig, _with_target, figure
+from routers.memagent.prompts import NONE
 
 
 def _load(path: str | None) -> tuple[dict | None, str]:
@@ -98,7 +99,7 @@ def memagent_figures(path: str | None) -> list[dict]:
     routed = _num(m["routed"].get("success_rate"))
     rows, best = m.get("baselines", {}), m.get("best_single_provider")
     best_rate = _num(rows.get(best, {}).get("success_rate")) if best else None
-    none_rate = next((_num(v.get("success_rate")) for k, v in rows.items() if k in ("none", "no_memory")), None)
+    none_rate = next((_num(v.get("success_rate")) for k, v in rows.items() if k in (NONE, "none", "no_memory")), None)
     share = _num((m["routed"].get("overhead") or {}).get("share"))
     return [
         figure("memagent_routed_vs_best_single", "", routed, best_rate, "value/baseline", (">=", 1.0),

@@ -171,7 +171,7 @@ def test_quality_targets_read_eval_outputs(tmp_path):
                                                                      "base": {"range": 20.0}}}}))
     mem = tmp_path / "mem.json"
     mem.write_text(json.dumps({"best_single_provider": "expel",
-                               "baselines": {"none": {"success_rate": 0.25}, "expel": {"success_rate": 0.5}},
+                               "baselines": {"None": {"success_rate": 0.25}, "expel": {"success_rate": 0.5}},
                                "routed": {"success_rate": 0.5, "overhead": {"share": 0.002}}}))
     cfg = BenchConfig(sufficiency_metrics=str(suff), retrieval_metrics=str(tmp_path / "missing.json"),
                       progressive_locomo_metrics=str(prog), progressive_textworld_metrics=None,
