@@ -233,30 +233,23 @@ class TransformersBackend:
         """
         import torch
 
+        from routers.sufficiency import left_pad
+
         model, tok = self._load()
         cand = torch.tensor(choice_token_ids(tok, choices))
         out: list[dict[str, str]] = []
-        tok.padding_side = "left"
         for start in range(0, len(conversations), self.batch_size):
             chunk = conversations[start:start + self.batch_size]
             prompts = [tok.apply_chat_template(list(c), tokenize=False, add_generation_prompt=True) for c in chunk]
             # Keep the end of an over-long prompt: the form and its instructions come last.
             heads = [tok.encode(p, add_special_tokens=False)[-self.max_input_tokens:] for p in prompts]
             values: list[dict[str, str]] = [{} for _ in chunk]
-            for field_name in fields:
-                seqs = [h + tok.encode(form_reply(fields[:fields.index(field_name)], v)
-                                       + ("\n" if v else "") + f"{field_name}:", add_special_tokens=False)
-                        for h, v in zip(heads, values)]
-                width = max(len(x) for x in seqs)
-                ids = torch.full((len(seqs), width), tok.pad_token_id, dtype=torch.long)
-                mask = torch.zeros_like(ids)
-                for i, x in enumerate(seqs):
-                    ids[i, width - len(x):] = torch.tensor(x)
-                    mask[i, width - len(x):] = 1
+            for n, field_name in enumerate(fields):
+                seqs = [h + tok.encode(form_reply(fields[:n], v) + ("\n" if n else "") + f"{field_name}:",
+                                       add_special_tokens=False) for h, v in zip(heads, values)]
+                batch = {k: t.to(model.device) for k, t in left_pad(seqs, tok.pad_token_id).items()}
                 with torch.inference_mode():
-                    logits = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
-                                   position_ids=(mask.cumsum(-1) - 1).clamp(min=0).to(model.device),
-                                   logits_to_keep=1).logits[:, -1, :]
+                    logits = model(**batch, logits_to_keep=1).logits[:, -1, :]
                 best = logits[:, cand.to(logits.device)].argmax(-1).tolist()
                 for v, b in zip(values, best):
                     v[field_name] = choices[b]
