@@ -26,6 +26,7 @@ SINGLE = {
     "env": "eval.env:main",
     "quickstart": "eval.quickstart:main",
     "bench": "eval.bench:main",
+    "check-device": "eval.device_check:cli_main",
 }
 USAGE = """usage: memroute <command> [target] [options]
 
@@ -48,6 +49,7 @@ commands:
   env                    versions, devices, embedded models, cache paths (for bug reports)
   quickstart             synth -> train -> export -> eval on LoCoMo with SmolLM2, end to end
   bench                  run the benchmarks and write a JSON + Markdown report
+  check-device           bf16 training steps + export/reload of every router on this machine's accelerator
 
 Each command accepts a YAML recipe (first argument or --config) and --help."""
 
@@ -64,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cmd, rest = argv[0], argv[1:]
     if cmd in SINGLE:
-        _call(SINGLE[cmd], rest)
-        return 0
+        code = _call(SINGLE[cmd], rest)
+        return code if isinstance(code, int) else 0
     if cmd in JOBS:
         targets = JOBS[cmd]
         if not rest or rest[0] not in targets:

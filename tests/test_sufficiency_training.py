@@ -296,3 +296,15 @@ def test_init_adapter_must_be_a_lora_dir(tiny_llama_dir, tmp_path):
                                     init_adapter=str(tmp_path), report_to="none")
     with pytest.raises(FileNotFoundError, match="adapter_config.json"):
         build_model(cfg)
+
+
+def test_time_budget_stops_with_checkpoint_and_export(tiny_llama_dir, train_file, tmp_path):
+    """A zero-minute budget stops after the first step, saves a resumable checkpoint and still exports."""
+    from train.checkpoints import checkpoint_is_complete
+
+    out, export = tmp_path / "run", tmp_path / "export"
+    trainer, info = train_main(base_args(tiny_llama_dir, train_file, out, "--max_steps", "20", "--save_steps", "100",
+                                         "--max_train_minutes", "0", "--export_dir", str(export)))
+    assert info["steps"] == 1 and info["stopped_by_time_budget_at_step"] == 1
+    assert checkpoint_is_complete(out / "checkpoint-1")
+    assert (export / "router_config.json").is_file()

@@ -43,3 +43,31 @@ def last_complete_checkpoint(output_dir: str | os.PathLike, warn: bool = True) -
             print(f"[memroute] skipping incomplete checkpoint {path} (no valid {TRAINER_STATE}: "
                   "the run was killed while saving it)", file=sys.stderr)
     return None
+
+
+
+def time_budget_callback(minutes: float):
+    """A ``TrainerCallback`` that stops a run gracefully once ``minutes`` of training have passed: it
+    saves a checkpoint and lets the script export as usual. For time-boxed jobs (preemptible nodes, a
+    shared GPU lease): the run ends with a usable router and a resumable checkpoint, not killed mid-step."""
+    import time
+
+    from transformers import TrainerCallback
+
+    class TimeBudget(TrainerCallback):
+        def __init__(self):
+            self.budget_s, self.start, self.stopped_at_step = minutes * 60.0, None, None
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.start = time.monotonic()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.start is not None and time.monotonic() - self.start >= self.budget_s and self.stopped_at_step is None:
+                control.should_training_stop = True
+                control.should_save = True
+                self.stopped_at_step = state.global_step
+                print(f"[memroute] time budget of {minutes:g} min reached at step {state.global_step}/{state.max_steps}: "
+                      "saving and stopping", file=sys.stderr)
+            return control
+
+    return TimeBudget()

@@ -24,7 +24,7 @@ from data_synthesis.jsonl import atomic_write_json, read_jsonl
 from routers.models import DEFAULT_CAUSAL_LM
 from routers.sufficiency import (NO_WORDS, YES_WORDS, build_prompt, last_token_logits, left_pad,
                                  verbalizer_ids)
-from train.checkpoints import last_complete_checkpoint
+from train.checkpoints import last_complete_checkpoint, time_budget_callback
 from train.distributed import check_world_size, cpu_ddp_defaults, warn_if_fsdp_ignored, resolve_attn_implementation
 from train.losses import GroupedTokenLoss, RepresentationDistillationLoss
 
@@ -54,6 +54,8 @@ class SufficiencyTrainingConfig(TrainingArguments):
     teacher_model_name_or_path: str | None = field(
         default=None, metadata={"help": "separate frozen teacher (same hidden size); None = base model, adapters off"})
     export_dir: str | None = field(default=None, metadata={"help": "export the merged router here after training"})
+    max_train_minutes: float | None = field(default=None, metadata={
+        "help": "stop gracefully (checkpoint + export) after this many minutes of training; for time-boxed jobs"})
     threshold: float = 0.5
     router_max_input_tokens: int = 1024
     attn_implementation: str | None = field(default="auto", metadata={
@@ -307,6 +309,9 @@ def main(argv=None):
         save_resolved_config(cfg.output_dir, cfg)
         print(f"[memroute] {len(dataset)} training samples ({dataset.skipped_too_long} skipped > {cfg.max_length} tokens); "
               f"rep layer {rep_layer}; resume from {resume}", file=sys.stderr)
+    budget = time_budget_callback(cfg.max_train_minutes) if cfg.max_train_minutes is not None else None
+    if budget is not None:
+        trainer.add_callback(budget)
     result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(cfg.output_dir)
     info = {"model": cfg.model_name_or_path, "train_file": cfg.train_file, "samples": len(dataset),
@@ -314,6 +319,7 @@ def main(argv=None):
             "train_runtime_s": result.metrics.get("train_runtime"), "final_loss": result.training_loss,
             "lambda_rep": cfg.lambda_rep, "s0": trainer.s0, "rep_layer": rep_layer, "world_size": trainer.args.world_size,
             "resumed_from": resume, "init_adapter": cfg.init_adapter,
+            "stopped_by_time_budget_at_step": budget.stopped_at_step if budget is not None else None,
             "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "targets": cfg.lora_target_modules} if cfg.use_lora else None}
     if trainer.is_world_process_zero():
         atomic_write_json(Path(cfg.output_dir) / "train_summary.json", {**info, "log_history": trainer.state.log_history})
