@@ -142,6 +142,19 @@ def default_device() -> str:
     return "cpu"
 
 
+def kv_cache_kwarg(model) -> str:
+    """transformers >= 5.2x calls the KV-cache argument ``cache``; earlier versions ``past_key_values``."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def output_kv_cache(out):
+    """The KV cache of a model output under either name (see :func:`kv_cache_kwarg`)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
 def bf16_supported() -> bool:
     """bf16 pays off here: a CUDA GPU with bf16, or a CPU with native bf16 (AVX512-BF16 / AMX)."""
     import torch

@@ -69,6 +69,19 @@ def left_pad(sequences: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]
     return {"input_ids": ids, "attention_mask": mask, "position_ids": positions}
 
 
+def padding_safe_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """A [batch, 1, seq, seq] boolean mask equal to causal & padding, except that every query also sees
+    itself, so no row is empty. Left padding makes the pad queries' rows empty, and on CUDA SDPA's
+    memory-efficient kernel turns empty rows into NaN gradients that poison the whole step. Real tokens
+    see exactly what the 2D mask gives them (pads stay hidden), so their outputs do not change."""
+    seq = attention_mask.shape[-1]
+    device = attention_mask.device
+    causal = torch.ones(seq, seq, dtype=torch.bool, device=device).tril()
+    mask = causal[None] & attention_mask.bool()[:, None, :]
+    mask |= torch.eye(seq, dtype=torch.bool, device=device)[None]
+    return mask[:, None]
+
+
 def group_log_probs(last_logits: torch.Tensor, yes_ids: Sequence[int], no_ids: Sequence[int]):
     """log p_yes and log p_no: log-sum-exp of the full-vocabulary log-softmax over each group."""
     logp = torch.log_softmax(last_logits.float(), dim=-1)

@@ -22,7 +22,7 @@ from transformers import Trainer, TrainingArguments
 
 from data_synthesis.jsonl import atomic_write_json, read_jsonl
 from routers.models import DEFAULT_CAUSAL_LM
-from routers.sufficiency import (NO_WORDS, YES_WORDS, build_prompt, last_token_logits, left_pad,
+from routers.sufficiency import (NO_WORDS, YES_WORDS, build_prompt, last_token_logits, left_pad, padding_safe_mask,
                                  verbalizer_ids)
 from train.checkpoints import last_complete_checkpoint, time_budget_callback
 from train.distributed import check_world_size, cpu_ddp_defaults, warn_if_fsdp_ignored, resolve_attn_implementation
@@ -58,6 +58,9 @@ class SufficiencyTrainingConfig(TrainingArguments):
         "help": "stop gracefully (checkpoint + export) after this many minutes of training; for time-boxed jobs"})
     threshold: float = 0.5
     router_max_input_tokens: int = 1024
+    padding_safe_mask: bool = field(default=True, metadata={
+        "help": "with sdpa attention, train on a 4D mask where each left-pad query sees itself (no empty "
+                "attention rows: CUDA SDPA returns NaN gradients for them); false = the plain 2D mask"})
     attn_implementation: str | None = field(default="auto", metadata={
         "help": "'auto': flash_attention_2 on CUDA when flash-attn is installed, else the transformers default "
                 "(sdpa); or sdpa / eager / flash_attention_2"})
@@ -168,6 +171,8 @@ class SufficiencyTrainer(Trainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         student = {k: inputs[k] for k in ("input_ids", "attention_mask", "position_ids")}
+        if self.args.padding_safe_mask and getattr(model.config, "_attn_implementation", None) == "sdpa":
+            student["attention_mask"] = padding_safe_mask(student["attention_mask"])
         use_rep = self.lambda_rep > 0
         logits, out = last_token_logits(model, student, output_hidden_states=use_rep)
         l_cls = self.cls_loss(logits, inputs["labels"])

@@ -23,6 +23,7 @@ import traceback
 from typing import Callable, Sequence
 
 from routers.memagent.protocol import Observation, Task, Trajectory, TrajectoryStep
+from routers.models import kv_cache_kwarg, output_kv_cache
 
 SYSTEM_PROMPT = ("You are playing a text adventure game. Reach the goal by choosing one of the valid commands "
                  "each turn. Use the memory notes when they are relevant. Reply with the command only.")
@@ -87,18 +88,6 @@ class _PromptMixin:
         return "\n".join(lines)
 
 
-def _cache_kwarg(model) -> str:
-    """transformers >= 5.2x calls the KV cache argument ``cache``; earlier versions ``past_key_values``."""
-    import inspect
-
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
-def _out_cache(out):
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else out.past_key_values
-
-
 class LMCommandAgent(_PromptMixin):
     """Scores every admissible command with a causal LM and takes the best.
 
@@ -118,7 +107,7 @@ class LMCommandAgent(_PromptMixin):
         self.batch_size, self.system_prompt = batch_size, system_prompt
         self.name = f"lm:{getattr(model.config, '_name_or_path', '') or type(model).__name__}"
         self._terminator = None
-        self._cache_kw = _cache_kwarg(model)
+        self._cache_kw = kv_cache_kwarg(model)
         self._static_key: tuple | None = None
         self._static_layers = None
         self.last_info: dict = {}
@@ -204,12 +193,12 @@ class LMCommandAgent(_PromptMixin):
                 key = tuple(head)
                 if key != self._static_key:  # a new rollout (or new Begin memory): recompute the head
                     res = self._forward(torch.tensor([head], device=dev), logits_to_keep=1)
-                    self._static_layers = [(lay.keys, lay.values) for lay in _out_cache(res).layers]
+                    self._static_layers = [(lay.keys, lay.values) for lay in output_kv_cache(res).layers]
                     self._static_key = key
                 cache = self._cache_from(self._static_layers)
             pre = self._forward(torch.tensor([tail], device=dev), cache, logits_to_keep=1)
             first = torch.log_softmax(pre.logits[0, -1].float(), dim=-1)
-            layers = [(lay.keys, lay.values) for lay in _out_cache(pre).layers]
+            layers = [(lay.keys, lay.values) for lay in output_kv_cache(pre).layers]
             plen = len(head) + len(tail)
             pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
             for start in range(0, len(cand_ids), self.batch_size):

@@ -31,6 +31,7 @@ import torch
 from routers.base import (CALIBRATION, ROUTER_CONFIG, ROUTER_SCHEMA_VERSION, atomic_directory, git_revision,
                           library_versions, model_card_json_sections, register_router, write_json)
 from routers.memagent import prompts as P
+from routers.models import kv_cache_kwarg, output_kv_cache
 
 ADAPTER_CONFIG = "adapter_config.json"
 
@@ -102,7 +103,8 @@ def sequence_log_probs(model, sequences: Sequence[Sequence[int]], starts: Sequen
     out = model(input_ids=torch.tensor([list(sequences[0][:shared])], device=device), use_cache=True,
                 logits_to_keep=1)
     first = torch.log_softmax(out.logits[0, -1].float(), dim=-1).cpu()
-    cache = out.cache
+    cache = output_kv_cache(out)
+    cache_kw = kv_cache_kwarg(model)
     scores = torch.zeros(len(sequences))
     chunks, current, size = [], [], 0
     for i, seq in enumerate(sequences):
@@ -119,7 +121,8 @@ def sequence_log_probs(model, sequences: Sequence[Sequence[int]], starts: Sequen
         ids = torch.tensor([[t for x in sufs for t in x]], device=device)
         pos = torch.tensor([[shared + j for n in lengths for j in range(n)]], device=device)
         mask = _tree_mask(lengths, shared, dtype).to(device)
-        logits = model(input_ids=ids, position_ids=pos, attention_mask=mask, cache=cache, use_cache=True).logits
+        logits = model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True,
+                       **{cache_kw: cache}).logits
         extra = cache.get_seq_length() - shared
         if extra > 0:
             cache.crop(-extra)  # drop this chunk's tokens: the next chunk sees only the prefix
