@@ -99,6 +99,32 @@ def test_left_pad_exact():
     assert torch.equal(out["position_ids"], torch.tensor([[0, 0, 0, 0], [0, 0, 0, 1], [0, 1, 2, 3]]))
 
 
+def test_padding_safe_mask_exact():
+    """causal & padding, plus the diagonal: the two left-pad queries of row 1 see only themselves."""
+    mask = suff.padding_safe_mask(torch.tensor([[1, 1, 1], [0, 0, 1]]))
+    assert mask.shape == (2, 1, 3, 3) and mask.dtype == torch.bool
+    assert torch.equal(mask[0, 0].int(), torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 1]]))
+    assert torch.equal(mask[1, 0].int(), torch.tensor([[1, 0, 0], [0, 1, 0], [0, 0, 1]]))
+    assert bool(mask.any(-1).all())  # no empty attention row anywhere
+
+
+def test_padding_safe_mask_keeps_real_token_outputs_and_gradients(router, smollm2_tokenizer):
+    """Same last-token logits and hidden states as the plain 2D mask, and finite gradients."""
+    seqs = [smollm2_tokenizer.encode(t) for t in ("a long question about the garden party", "hi", "one two")]
+    batch = left_pad(seqs, smollm2_tokenizer.pad_token_id)
+    model = router.model
+    plain, out_plain = suff.last_token_logits(model, batch, output_hidden_states=True)
+    safe, out_safe = suff.last_token_logits(model, {**batch, "attention_mask": suff.padding_safe_mask(batch["attention_mask"])},
+                                            output_hidden_states=True)
+    assert torch.allclose(plain, safe, atol=1e-5, rtol=0)
+    for a, b in zip(out_plain.hidden_states, out_safe.hidden_states):
+        assert torch.allclose(a[:, -1], b[:, -1], atol=1e-5, rtol=0)
+    model.zero_grad()
+    safe.logsumexp(-1).sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    model.zero_grad()
+
+
 def test_group_log_probs_and_score_by_hand():
     rows = [[0.0, 1.0, 2.0, 0.0, -1.0, 0.5], [3.0, -2.0, 0.0, 1.5, 0.0, 4.0]]
     logits = torch.tensor(rows)

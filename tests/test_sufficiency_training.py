@@ -308,3 +308,18 @@ def test_time_budget_stops_with_checkpoint_and_export(tiny_llama_dir, train_file
     assert info["steps"] == 1 and info["stopped_by_time_budget_at_step"] == 1
     assert checkpoint_is_complete(out / "checkpoint-1")
     assert (export / "router_config.json").is_file()
+
+
+def test_padding_safe_mask_leaves_the_loss_unchanged(trained):
+    """The 4D mask used with sdpa (no empty rows for left-pad queries) gives the same loss as the 2D mask."""
+    trainer = trained["trainer"]
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(8)])
+    assert int((batch["attention_mask"] == 0).sum()) > 0  # the batch really has left padding
+    assert trainer.model.config._attn_implementation == "sdpa"
+    losses = {}
+    with torch.no_grad():
+        for safe in (False, True):
+            trainer.args.padding_safe_mask = safe
+            losses[safe] = float(trainer.compute_loss(trainer.model, dict(batch)))
+    trainer.args.padding_safe_mask = True
+    assert losses[True] == pytest.approx(losses[False], abs=1e-5)
