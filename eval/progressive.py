@@ -21,6 +21,10 @@ Scores are LoCoMo token F1 x 100 and, with ``--judge``, the AMA-Bench binary jud
 ``score_metric`` picks which one is "score". tau is picked on the dev split (smallest T_mem whose score
 is within ``max_score_drop`` points of slow-only) and reported on the test split.
 
+Router scores are cached apart from the paths (keyed by the router's identity: model spec + a fingerprint of
+its folder), so evaluating a new or retrained router on the same questions reuses every cached path and only
+scores C_f (rebuilt exactly from the cached hit ids): minutes instead of hours.
+
 A backend that keeps failing marks the question failed (counted, listed in ``failures.jsonl``, not
 cached, so a rerun retries it) and the run goes on; a killed run resumes from ``records.jsonl``.
 Outputs (atomic): ``rows.csv``, ``metrics.json``, ``pareto.png``, ``failures.jsonl``,
@@ -44,7 +48,7 @@ from data_synthesis.jsonl import ResumableJsonlWriter, atomic_write_json, atomic
 from eval.qa_scoring import token_f1
 from routers.models import DEFAULT_CAUSAL_LM, DEFAULT_ENCODER
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2  # 2: router scores carry router_id; routers are not in the path hash
 TAUS = (0.1, 0.3, 0.5, 0.7, 0.9)
 BASE, TRAINED = "base", "trained"
 PATHS = ("fast", "slow", "rag", "long_context")
@@ -114,7 +118,7 @@ class ProgressiveEvalConfig:
             raise ConfigError("give at least one dev episode (test_episodes may be empty for a dev-only run)")
 
 
-HASHED = ("corpus", "corpus_path", "answer_model", "tokenizer", "router", "router_base", "encoder", "rag_encoder",
+HASHED = ("corpus", "corpus_path", "answer_model", "tokenizer", "encoder", "rag_encoder",
           "dense_weight", "top_k", "rag_k", "block_size", "block_overlap", "neighbours", "max_blocks", "model_window",
           "answer_max_new_tokens", "note_max_new_tokens", "aggregate", "aggregate_max_new_tokens", "judge")
 
@@ -131,14 +135,42 @@ def _fingerprint(path) -> list | None:
 
 
 def config_hash(cfg: ProgressiveEvalConfig) -> str:
-    """Hash of everything that changes a per-question record (not taus, splits or output paths)."""
+    """Hash of everything that changes a question's paths (not the routers, taus, splits or output paths):
+    the prefix, fast / slow / RAG / long-context answers and their times. Router scores are keyed apart
+    (:func:`router_ids`), so evaluating another router reuses every cached path and only scores C_f."""
     from routers.progressive import PROMPT_VERSION
 
     payload = {k: getattr(cfg, k) for k in HASHED}
     payload.update(prompt_version=PROMPT_VERSION, record_version=RECORD_VERSION)
     # A model retrained into the same folder must not reuse the old records: fingerprint local folders.
-    payload["files"] = {k: _fingerprint(getattr(cfg, k)) for k in ("router", "router_base", "encoder", "answer_model")}
+    payload["files"] = {k: _fingerprint(getattr(cfg, k)) for k in ("encoder", "answer_model")}
+    return _sha(payload)
+
+
+def _sha(payload) -> str:
     return hashlib.sha1(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def base_router_spec(cfg: ProgressiveEvalConfig) -> str | None:
+    """The untrained router's model: router_base, else the trained router's base_model, else the answer model."""
+    from routers.base import ROUTER_CONFIG
+
+    base = cfg.router_base
+    if base is None and cfg.router:
+        base = json.loads((Path(cfg.router) / ROUTER_CONFIG).read_text()).get("base_model")
+    if base is None:
+        base = cfg.answer_model
+    return None if _is_none(base) else base
+
+
+def router_ids(cfg: ProgressiveEvalConfig, names=None) -> dict[str, str]:
+    """name -> identity of each router this run scores (model spec + a fingerprint of a local folder).
+
+    ``names`` are the routers actually present (tests inject their own); by default the config's."""
+    specs = {BASE: base_router_spec(cfg), TRAINED: None if _is_none(cfg.router) else cfg.router}
+    if names is None:
+        names = [n for n, spec in specs.items() if spec is not None]
+    return {n: _sha([n, specs.get(n), _fingerprint(specs.get(n))]) for n in names}
 
 
 # -- per-question execution ------------------------------------------------------------------------------
@@ -438,7 +470,15 @@ class _Models:
         self._given = dict(backend=backend, routers=routers, retriever=retriever, rag_retriever=rag_retriever,
                            judge=judge, counter=counter)
         self.executor = None
+        self.routers = None
         self.rag_shares_index = False
+
+    def load_routers(self) -> dict:
+        """Only the routers (to score cached questions for a new router), or those of :meth:`load`."""
+        if self.routers is None:
+            given = self._given["routers"]
+            self.routers = given if given is not None else _load_routers(self.cfg, None)
+        return self.routers
 
     def build_rag(self, episode):
         """The RAG index; with the prefix's encoder it is the prefix index itself (same BM25 and embeddings,
@@ -467,7 +507,8 @@ class _Models:
             self.rag_shares_index = True
         else:
             rag = HybridRetriever(encoder=cfg.rag_encoder, dense_weight=1.0)
-        self.routers = g["routers"] if g["routers"] is not None else _load_routers(cfg, backend)
+        if self.routers is None:
+            self.routers = g["routers"] if g["routers"] is not None else _load_routers(cfg, backend)
         counter = g["counter"] or counter_for(backend, cfg.tokenizer)
         pcfg = ProgressiveConfig(top_k=cfg.top_k, block_size=cfg.block_size, block_overlap=cfg.block_overlap,
                                  neighbours=cfg.neighbours, max_blocks=cfg.max_blocks, model_window=cfg.model_window,
@@ -489,6 +530,52 @@ class _Models:
         return self
 
 
+def _route_key(split: str, qa_id: str, h: str, rid: str) -> str:
+    return f"route|{split}|{qa_id}|{h}|{rid}"
+
+
+def _cached_score(cache: dict, rec: dict, name: str, rid: str, h: str) -> dict | None:
+    """This router's score for a cached question: in the question record when it was computed with it,
+    else in a ``route`` record added later; None when neither exists."""
+    entry = rec["routers"].get(name)
+    if entry is not None and entry.get("router_id") == rid:
+        return entry
+    return cache.get(_route_key(rec["split"], rec["qa_id"], h, rid))
+
+
+def _with_routers(cache: dict, rec: dict, rids: dict, h: str) -> dict:
+    """The question record with exactly this run's routers (a cached record may hold others)."""
+    scores = {name: _cached_score(cache, rec, name, rid, h) for name, rid in rids.items()}
+    return {**rec, "routers": {n: {"score": e["score"], "seconds": e["seconds"], "router_id": rids[n]}
+                               for n, e in scores.items() if e is not None}}
+
+
+def _score_new_routers(selection, cache: dict, writer, models: "_Models", rids: dict, h: str) -> int:
+    """Score C_f with every router that a cached question has no score for; the paths are reused as they are
+    (C_f is rebuilt exactly from the cached hit ids). Returns how many scores were added."""
+    from routers.memory.retrieval import render_context
+    from routers.progressive import route_score
+
+    todo = []
+    for split, pairs in selection.items():
+        for ep, qa in pairs:
+            rec = cache.get(f"{split}|{qa.qa_id}|{h}")
+            if rec is not None:
+                todo += [(ep, rec, n, rid) for n, rid in rids.items() if _cached_score(cache, rec, n, rid, h) is None]
+    if not todo:
+        return 0
+    routers = models.load_routers()
+    print(f"[eval progressive] scoring {len(todo)} cached question(s) with new router(s); paths reused", file=sys.stderr)
+    for ep, rec, name, rid in todo:
+        by_id = {s.step_id: s for s in ep.steps}
+        s, t = route_score(routers[name], rec["question"], render_context([by_id[i] for i in rec["prefix"]["hits"]]))
+        route = {"key": _route_key(rec["split"], rec["qa_id"], h, rid), "kind": "route", "split": rec["split"],
+                 "qa_id": rec["qa_id"], "router": name, "router_id": rid, "score": s, "seconds": t}
+        writer.write(route)
+        cache[route["key"]] = route
+    return len(todo)
+
+
 def _make_backend(spec: str, cfg: ProgressiveEvalConfig):
     from routers.models import make_backend
 
@@ -500,17 +587,12 @@ def _make_backend(spec: str, cfg: ProgressiveEvalConfig):
 
 def _load_routers(cfg: ProgressiveEvalConfig, backend) -> dict:
     """Base (untrained) and trained sufficiency routers; the base shares the answer model when it is the same."""
-    from routers.base import ROUTER_CONFIG
     from routers.models import TransformersBackend, resolve_causal_lm
     from routers.sufficiency import SufficiencyRouter
 
-    base = cfg.router_base
-    if base is None and cfg.router:
-        base = json.loads((Path(cfg.router) / ROUTER_CONFIG).read_text()).get("base_model")
-    if base is None:
-        base = cfg.answer_model
+    base = base_router_spec(cfg)
     routers = {}
-    if not _is_none(base):
+    if base is not None:
         if isinstance(backend, TransformersBackend) and resolve_causal_lm(backend.model_name) == resolve_causal_lm(
                 base):
             model, tok = backend._load()
@@ -541,6 +623,7 @@ def run(cfg: ProgressiveEvalConfig, backend=None, routers=None, retriever=None, 
     episodes = load_corpus(cfg.corpus, cfg.corpus_path)
     selection = select_questions(cfg, episodes)
     h = config_hash(cfg)
+    rids = router_ids(cfg, list(routers) if routers is not None else None)
     cache_path = out / "records.jsonl"
     models = _Models(cfg, backend, routers, retriever, rag_retriever, judge, counter)
     failures: dict[str, list[dict]] = {"dev": [], "test": []}
@@ -576,16 +659,20 @@ def run(cfg: ProgressiveEvalConfig, backend=None, routers=None, retriever=None, 
                                         "error": f"{type(err).__name__}: {err}"})
                 print(f"[eval progressive] {qa.qa_id} failed: {type(err).__name__}: {err}", file=sys.stderr)
                 continue
+            for name, entry in body["routers"].items():
+                entry["router_id"] = rids.get(name)
             rec = {"key": key, "kind": "question", "record_version": RECORD_VERSION, "config_hash": h, "split": split,
                    "episode_id": ep.episode_id, "qa_id": qa.qa_id, "category": qa.category, "question": qa.question,
                    "gold": qa.answer, "empty_memory": not ep.steps, **body}
             writer.write(rec)
             cache[key] = rec
             computed += 1
+        rescored = _score_new_routers(selection, cache, writer, models, rids, h)
 
     rows_by_split, stats = {}, {}
     for split, pairs in selection.items():
-        recs = [cache[f"{split}|{qa.qa_id}|{h}"] for _, qa in pairs if f"{split}|{qa.qa_id}|{h}" in cache]
+        recs = [_with_routers(cache, cache[f"{split}|{qa.qa_id}|{h}"], rids, h) for _, qa in pairs
+                if f"{split}|{qa.qa_id}|{h}" in cache]
         ep_ids = list(dict.fromkeys(ep.episode_id for ep, _ in pairs))
         builds = [cache[k] for k in (f"build|{split}|{e}|{h}" for e in ep_ids) if k in cache]
         rows_by_split[split] = derive_rows(recs, builds, cfg.taus, split, cfg.score_metric, len(failures[split]))
@@ -602,7 +689,8 @@ def run(cfg: ProgressiveEvalConfig, backend=None, routers=None, retriever=None, 
         "config_hash": h, "versions": library_versions(), "git_revision": git_revision(),
         "machine": _machine(), "token_counter": None if ex is None else ("approximate" if ex.counter.approximate
                                                                           else "tokenizer"),
-        "questions_computed_this_run": computed, "stats": stats,
+        "questions_computed_this_run": computed, "router_scores_added_this_run": rescored,
+        "router_ids": rids, "stats": stats,
         "definitions": {
             "score": f"{cfg.score_metric} x 100, mean over answered questions",
             "early_termination": "% of questions the router returns early on (s >= tau; over budget -> continue)",

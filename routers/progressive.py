@@ -344,12 +344,7 @@ class ProgressiveExecutor:
 
     def route(self, question: str, context: str, router=None) -> tuple[float | None, float]:
         """s(q, C_f) and its time; None when the context exceeds the router's input budget."""
-        router = router if router is not None else self.router
-        if router is None:
-            return None, 0.0
-        t0 = time.perf_counter()
-        score = float(router.score([question], [context])[0])
-        return (None if math.isnan(score) else score), time.perf_counter() - t0
+        return route_score(router if router is not None else self.router, question, context)
 
     def fast(self, question: str, prefix: Prefix) -> AnswerResult:
         """Early return: A(q, Order(C_f)); over-long contexts drop the lowest-ranked hits first."""
@@ -438,6 +433,15 @@ class ProgressiveExecutor:
 
 def _with_text(step: Step, text: str) -> Step:
     return Step(step.step_id, step.index, text, step.speaker, step.timestamp, step.session, dict(step.meta))
+
+
+def route_score(router, question: str, context: str) -> tuple[float | None, float]:
+    """s(q, C_f) from one router and its time; None when the context exceeds its input budget."""
+    if router is None:
+        return None, 0.0
+    t0 = time.perf_counter()
+    score = float(router.score([question], [context])[0])
+    return (None if math.isnan(score) else score), time.perf_counter() - t0
 
 
 def _render_notes(notes: Sequence[dict]) -> str:

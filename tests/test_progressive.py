@@ -53,9 +53,11 @@ class FakeRouter:
     def __init__(self, fixed: float | None = None):
         self.fixed = fixed
         self.calls = 0
+        self.contexts = []
 
     def score(self, questions, contexts):
         self.calls += 1
+        self.contexts += list(contexts)
         return torch.tensor([self.fixed if self.fixed is not None else zlib.crc32(q.encode()) % 1000 / 1000
                              for q in questions])
 
@@ -310,6 +312,34 @@ def test_backend_failure_is_counted_run_continues_and_resumes(tmp_path, locomo_e
     assert {"rows.csv", "metrics.json", "pareto.png", "failures.jsonl"} <= {p.name for p in out.iterdir()}
 
 
+def test_a_new_router_reuses_cached_paths_and_only_scores_the_prefix(tmp_path, locomo_episodes):
+    cfg = _cfg(tmp_path, max_questions_per_episode=1)
+    first = ev.run(cfg, backend=FakeBackend(), routers={"base": FakeRouter(0.3)})
+    assert first["questions_computed_this_run"] == 2 and first["router_scores_added_this_run"] == 0
+    recs = [json.loads(x) for x in (Path(cfg.output_dir) / "records.jsonl").read_text().splitlines()]
+    contexts = {r["qa_id"]: r for r in recs if r["kind"] == "question"}
+    # a second router: no answer-model call at all, one router call per question, on the same C_f
+    backend, trained = FakeBackend(), FakeRouter(0.8)
+    second = ev.run(cfg, backend=backend, routers={"base": FakeRouter(0.3), "trained": trained})
+    assert (second["questions_computed_this_run"], second["router_scores_added_this_run"]) == (0, 2)
+    assert backend.calls == [] and trained.calls == 2
+    steps = {(ep.episode_id, st.step_id): st for ep in locomo_episodes for st in ep.steps}
+    assert trained.contexts == [  # C_f rebuilt from the cached hit ids, in temporal order
+        "\n".join(s.render() for s in sorted((steps[r["episode_id"], i] for i in r["prefix"]["hits"]),
+                                              key=lambda st: st.index)) for r in contexts.values()]
+    rows = {(r["split"], r["system"], r["router"], r["tau"]): r for r in second["rows"]}
+    assert rows[("test", "router", "trained", 0.7)]["early_termination"] == 100.0
+    assert rows[("test", "router", "trained", 0.9)]["early_termination"] == 0.0
+    same = ("score", "t_mem", "early_termination")
+    for key, row in rows.items():  # every row the first run had is unchanged
+        old = next((r for r in first["rows"] if (r["split"], r["system"], r["router"], r["tau"]) == key), None)
+        assert old is None or all(old[k] == row[k] for k in same)
+    # a third run finds everything, and a run with only the new router drops the old one from the rows
+    third = ev.run(cfg, backend=FakeBackend(), routers={"trained": FakeRouter(0.8)})
+    assert (third["questions_computed_this_run"], third["router_scores_added_this_run"]) == (0, 0)
+    assert {r["router"] for r in third["rows"] if r["system"] == "router"} == {"trained"}
+
+
 def test_rag_reuses_the_prefix_index_when_encoders_match(tmp_path):
     from retriever_helpers import BagOfLetters
 
@@ -349,12 +379,23 @@ def test_config_hash_tracks_settings_and_retrained_weights(tmp_path):
     router = tmp_path / "router"
     router.mkdir()
     (router / "model.safetensors").write_bytes(b"v1")
+    (router / "router_config.json").write_text(json.dumps({"base_model": "base-id"}))
     cfg = _cfg(tmp_path, router=str(router))
-    h = ev.config_hash(cfg)
+    h, ids = ev.config_hash(cfg), ev.router_ids(cfg)
+    assert set(ids) == {"base", "trained"}
     assert ev.config_hash(_cfg(tmp_path, router=str(router), taus=[0.5], output_dir="elsewhere")) == h
     assert ev.config_hash(_cfg(tmp_path, router=str(router), top_k=5)) != h
+    assert ev.config_hash(_cfg(tmp_path)) == h  # the router is not part of the paths' hash...
     (router / "model.safetensors").write_bytes(b"v2 retrained")
-    assert ev.config_hash(cfg) != h
+    assert ev.config_hash(cfg) == h
+    again = ev.router_ids(cfg)  # ...but of the router's identity: retrained weights are scored again
+    assert again["trained"] != ids["trained"] and again["base"] == ids["base"]
+    encoder = tmp_path / "encoder"
+    encoder.mkdir()
+    (encoder / "model.safetensors").write_bytes(b"e1")
+    h_enc = ev.config_hash(_cfg(tmp_path, encoder=str(encoder)))
+    (encoder / "model.safetensors").write_bytes(b"e2 retrained")
+    assert ev.config_hash(_cfg(tmp_path, encoder=str(encoder))) != h_enc
 
 
 # -- judge ---------------------------------------------------------------------------------------------------------
