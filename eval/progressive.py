@@ -334,15 +334,21 @@ def test_report(test_rows: Sequence[dict], choice: dict | None, max_score_drop: 
 
 
 def et_ranges(rows: Sequence[dict]) -> dict:
-    """Per router: early-termination % at each tau, its range (max - min) and whether it is monotone."""
+    """Per router: early-termination % at each tau, its range (max - min), whether it is monotone, and how many
+    distinct intermediate operating points tau can pick (distinct ET values with 0 < ET < 100 %). The range
+    alone rewards a router that jumps from all-fast to all-slow between two taus; the paper's point (Table 3)
+    is that an untrained router's boundary sits at a fixed endpoint so tau stops controlling anything, which
+    the count of graded levels measures."""
     out = {}
     for name in sorted({r["router"] for r in rows if r["system"] == "router"}):
         rs = sorted((r for r in rows if r["system"] == "router" and r["router"] == name), key=lambda r: r["tau"])
         ets = [r["early_termination"] for r in rs]
         out[name] = {"taus": [r["tau"] for r in rs], "early_termination": ets, "range": max(ets) - min(ets),
-                     "monotone_non_increasing": all(a >= b for a, b in zip(ets, ets[1:]))}
+                     "monotone_non_increasing": all(a >= b for a, b in zip(ets, ets[1:])),
+                     "graded_levels": len({round(e, 6) for e in ets if 0.0 < e < 100.0})}
     if BASE in out and TRAINED in out:
         out["trained_wider_than_base"] = out[TRAINED]["range"] > out[BASE]["range"]
+        out["trained_more_graded_than_base"] = out[TRAINED]["graded_levels"] > out[BASE]["graded_levels"]
     return out
 
 

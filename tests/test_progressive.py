@@ -129,6 +129,14 @@ def test_tau_rows_derived_exactly_from_records():
     ranges = ev.et_ranges(rows)
     assert ranges["base"]["range"] == 0.0 and ranges["trained"]["range"] == 50.0
     assert ranges["trained"]["monotone_non_increasing"] and ranges["trained_wider_than_base"] is True
+    # base: 50 % at both taus (one level: tau changes nothing); trained: 50 % then 0 % (one graded level)
+    assert (ranges["base"]["graded_levels"], ranges["trained"]["graded_levels"]) == (1, 1)
+    assert ranges["trained_more_graded_than_base"] is False
+    graded = ev.et_ranges([{"system": "router", "router": n, "tau": t, "early_termination": e}
+                           for n, ets in (("base", [100.0, 36.7, 0.0]), ("trained", [96.7, 86.7, 36.7]))
+                           for t, e in zip([0.3, 0.5, 0.7], ets)])
+    assert (graded["base"]["graded_levels"], graded["trained"]["graded_levels"]) == (1, 3)
+    assert graded["trained_more_graded_than_base"] and not graded["trained_wider_than_base"]
     assert ev.pareto_front([(1.0, 10.0), (2.0, 5.0), (3.0, 20.0), (0.5, 1.0)]) == [3, 0, 2]
 
 
