@@ -171,7 +171,8 @@ class SufficiencyTrainer(Trainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         student = {k: inputs[k] for k in ("input_ids", "attention_mask", "position_ids")}
-        if self.args.padding_safe_mask and getattr(model.config, "_attn_implementation", None) == "sdpa":
+        config = getattr(self.accelerator.unwrap_model(model), "config", None)  # DDP wraps the model
+        if self.args.padding_safe_mask and getattr(config, "_attn_implementation", None) == "sdpa":
             student["attention_mask"] = padding_safe_mask(student["attention_mask"])
         use_rep = self.lambda_rep > 0
         logits, out = last_token_logits(model, student, output_hidden_states=use_rep)
