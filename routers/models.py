@@ -143,10 +143,12 @@ def default_device() -> str:
 
 
 def kv_cache_kwarg(model) -> str:
-    """transformers >= 5.2x calls the KV-cache argument ``cache``; earlier versions ``past_key_values``."""
+    """transformers >= 5.2x calls the KV-cache argument ``cache``; earlier versions ``past_key_values``.
+    A PEFT wrapper forwards ``**kwargs``, so its base model's signature decides."""
     import inspect
 
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    target = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(target.forward).parameters else "past_key_values"
 
 
 def output_kv_cache(out):
