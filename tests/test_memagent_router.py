@@ -777,3 +777,13 @@ def test_offline_begin_from_recorded_previews(tmp_path):
     # t1 Voyager ok (oracle), t2 unsolvable, t3 ExpeL ok (oracle None), t4 None fails (oracle ExpeL)
     assert out["implied_success_rate"] == 0.5 and out["choices"] == {"Voyager": 1, "ExpeL": 2, "None": 1}
     assert out["accuracy_solving"] == pytest.approx(2 / 3) and out["accuracy_exact"] == pytest.approx(1 / 3)
+
+
+def test_time_budget_stops_sft_with_a_checkpoint(tiny_llama_dir, tmp_path, one_torch_thread):
+    from train.memagent import main
+
+    files = fake_phase_files(tmp_path / "data")
+    out = tmp_path / "run"
+    trainer, info = main(sft_args(tiny_llama_dir, files, out, "--max_steps", "20", "--save_steps", "100",
+                                  "--max_train_minutes", "0", "--per_device_train_batch_size", "2"))
+    assert info["steps"] == 1 and (out / "checkpoint-1" / "trainer_state.json").is_file()

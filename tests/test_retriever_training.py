@@ -160,3 +160,11 @@ def test_bad_training_file_names_file_and_line(tiny_dir, tmp_path):
     with pytest.raises(RecordError) as err:
         train_main(args(tiny_dir, bad, tmp_path / "o", "--max_steps", "1"))
     assert err.value.line == 2 and str(bad) in str(err.value)
+
+
+def test_time_budget_stops_retriever_training_with_an_export(tiny_dir, train_file, tmp_path):
+    out = tmp_path / "out"
+    trainer, info = train_main(args(tiny_dir, train_file, out, "--max_steps", "40", "--save_steps", "100",
+                                    "--max_train_minutes", "0", "--export_dir", str(out / "export")))
+    assert info["steps"] == 1 and (out / "checkpoint-1" / "trainer_state.json").is_file()
+    assert (out / "export" / "router_config.json").is_file()

@@ -50,6 +50,8 @@ class MemAgentSFTConfig(SFTConfig):
     lora_dropout: float = 0.05
     lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     export_dir: str | None = field(default=None, metadata={"help": "export the router here after training"})
+    max_train_minutes: float | None = field(default=None, metadata={
+        "help": "stop gracefully (checkpoint + export) after this many minutes of training; for time-boxed jobs"})
     export_merged: bool = field(default=True, metadata={"help": "merge LoRA into the weights; false = adapter export"})
     in_threshold: float = 0.5
     end_threshold: float = 0.5
@@ -265,6 +267,10 @@ def main(argv=None):
         steps, runtime = trainer.state.global_step, None
         final_loss = next((h["train_loss"] for h in reversed(trainer.state.log_history) if "train_loss" in h), None)
     else:
+        if cfg.max_train_minutes is not None:
+            from train.checkpoints import time_budget_callback
+
+            trainer.add_callback(time_budget_callback(cfg.max_train_minutes))
         result = trainer.train(resume_from_checkpoint=resume)
         steps, runtime, final_loss = result.global_step, result.metrics.get("train_runtime"), result.training_loss
     trainer.save_model(cfg.output_dir)

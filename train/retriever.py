@@ -43,7 +43,7 @@ from sentence_transformers.sentence_transformer.data_collator import SentenceTra
 
 from data_synthesis.jsonl import atomic_write_json
 from routers.models import DEFAULT_ENCODER
-from train.checkpoints import last_complete_checkpoint
+from train.checkpoints import last_complete_checkpoint, time_budget_callback
 from train.distributed import check_world_size, cpu_ddp_defaults, warn_if_fsdp_ignored
 from train.retriever_losses import IGNORE, POSITIVE, MultiPositiveInfoNCELoss, pack_labels
 
@@ -67,6 +67,8 @@ class RetrieverTrainingConfig(SentenceTransformerTrainingArguments):
     other_positives_in_denominator: bool = False
     max_seq_length: int | None = field(default=128, metadata={"help": "token budget per text (None = model default)"})
     export_dir: str | None = field(default=None, metadata={"help": "export the RetrieverRouter here after training"})
+    max_train_minutes: float | None = field(default=None, metadata={
+        "help": "stop gracefully (checkpoint + export) after this many minutes of training; for time-boxed jobs"})
     resume: str = field(default="auto", metadata={"help": "'auto' resumes from the last checkpoint in output_dir; 'never'"})
     # Defaults for this trainer (override the TrainingArguments ones).
     output_dir: str = "outputs/retriever_minilm"
@@ -270,6 +272,8 @@ def main(argv=None):
         print(f"[memroute] {len(dataset)} training queries from {cfg.train_file}; batch "
               f"{cfg.per_device_train_batch_size} x (<= {cfg.positives_per_query} pos + {cfg.negatives_per_query} neg); "
               f"resume from {resume}", file=sys.stderr)
+    if cfg.max_train_minutes is not None:
+        trainer.add_callback(time_budget_callback(cfg.max_train_minutes))
     result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(cfg.output_dir)
     info = {"model": cfg.model_name_or_path, "train_file": cfg.train_file, "queries": len(dataset),
