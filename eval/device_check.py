@@ -201,21 +201,28 @@ def _round_trip(load, score, export_dir: Path, device: str) -> dict:
             "max_abs_diff_device_vs_cpu": float(np.max(np.abs(s1 - cpu))) if s1.size else 0.0}
 
 
+def _train_export_reload(train_main, argv: list[str], base: str, export: Path, device: str, router_cls,
+                         score) -> tuple[dict, dict]:
+    """Train through the package's own ``main`` (exporting to ``export``), then check the export."""
+    trainer, info = train_main([*argv, "--model_name_or_path", base, "--export_dir", str(export)])
+    out = _trainer_facts(trainer, info)
+    out["weights_changed"] = _weights_changed(base, str(export))
+    out.update(_round_trip(lambda p, d: router_cls.from_pretrained(p, device=d), score, export, device))
+    return out, info
+
+
 def check_sufficiency(work: Path, llama: str, common: list[str], device: str) -> dict:
     from routers.sufficiency import SufficiencyRouter
     from train.sufficiency import main as train_main
 
     recs = sufficiency_toy()
     data = _write_jsonl(work / "suff.jsonl", recs)
-    export = work / "suff_export"
-    trainer, info = train_main(["--model_name_or_path", llama, "--train_file", data, "--output_dir", str(work / "suff_run"),
-                                "--per_device_train_batch_size", "8", "--learning_rate", "5e-3", "--lora_r", "8",
-                                "--export_dir", str(export), *common])
-    out = _trainer_facts(trainer, info)
-    out["distillation"] = {"lambda_rep": info["lambda_rep"], "s0": info["s0"]}
-    out["weights_changed"] = _weights_changed(llama, str(export))
     q, c = [r["question"] for r in recs[:8]], [r["context"] for r in recs[:8]]
-    out.update(_round_trip(lambda p, d: SufficiencyRouter.from_pretrained(p, device=d), lambda r: r.score(q, c), export, device))
+    out, info = _train_export_reload(
+        train_main, ["--train_file", data, "--output_dir", str(work / "suff_run"), "--per_device_train_batch_size", "8",
+                     "--learning_rate", "5e-3", "--lora_r", "8", *common],
+        llama, work / "suff_export", device, SufficiencyRouter, lambda r: r.score(q, c))
+    out["distillation"] = {"lambda_rep": info["lambda_rep"], "s0": info["s0"]}
     return out
 
 
@@ -225,17 +232,13 @@ def check_retriever(work: Path, encoder: str, common: list[str], device: str) ->
 
     recs = retriever_toy()
     data = _write_jsonl(work / "retr.jsonl", recs)
-    export = work / "retr_export"
-    trainer, info = train_main(["--model_name_or_path", encoder, "--train_file", data, "--output_dir", str(work / "retr_run"),
-                                "--per_device_train_batch_size", "4", "--learning_rate", "3e-3", "--warmup_steps", "0",
-                                "--positives_per_query", "2", "--negatives_per_query", "2", "--max_seq_length", "32",
-                                "--export_dir", str(export), *common])
-    out = _trainer_facts(trainer, info)
-    out["weights_changed"] = _weights_changed(encoder, str(export))
     queries = [r["query"] for r in recs]
     memory = [t for r in recs for t in r["positives"] + r["negatives"]]
-    out.update(_round_trip(lambda p, d: RetrieverRouter.from_pretrained(p, device=d), lambda r: r.score(queries, memory),
-                           export, device))
+    out, _ = _train_export_reload(
+        train_main, ["--train_file", data, "--output_dir", str(work / "retr_run"), "--per_device_train_batch_size", "4",
+                     "--learning_rate", "3e-3", "--warmup_steps", "0", "--positives_per_query", "2",
+                     "--negatives_per_query", "2", "--max_seq_length", "32", *common],
+        encoder, work / "retr_export", device, RetrieverRouter, lambda r: r.score(queries, memory))
     return out
 
 
@@ -246,13 +249,6 @@ def check_memagent(work: Path, llama: str, common: list[str], device: str) -> di
 
     providers = {n: ToyProvider(n) for n in ("Voyager", "ExpeL", "AWM")}
     files = {ph: _write_jsonl(work / f"ma_{ph}.jsonl", recs) for ph, recs in memagent_toy(providers).items()}
-    export = work / "ma_export"
-    trainer, info = train_main(["--model_name_or_path", llama, "--begin_file", files["begin"], "--in_file", files["in"],
-                                "--end_file", files["end"], "--output_dir", str(work / "ma_run"),
-                                "--per_device_train_batch_size", "2", "--learning_rate", "2e-2",
-                                "--lora_target_modules", "all-linear", "--export_dir", str(export), *common])
-    out = _trainer_facts(trainer, info)
-    out["weights_changed"] = _weights_changed(llama, str(export))
     goal = "Cook the egg."
     previews = [Preview(n, 0.5, f"note on {goal}", 1) for n in providers]
     traj = Trajectory(Task("t0", goal), [TrajectoryStep(0, "Kitchen.", "take egg")], True, begin_provider="Voyager")
@@ -261,7 +257,11 @@ def check_memagent(work: Path, llama: str, common: list[str], device: str) -> di
         return (r.score_begin(goal, previews, providers)[1], r.score_inject(goal, 1, "Collected Data:\n- egg"),
                 r.score_end(traj, providers))
 
-    out.update(_round_trip(lambda p, d: MemAgentRouter.from_pretrained(p, device=d), score, export, device))
+    out, _ = _train_export_reload(
+        train_main, ["--begin_file", files["begin"], "--in_file", files["in"], "--end_file", files["end"],
+                     "--output_dir", str(work / "ma_run"), "--per_device_train_batch_size", "2", "--learning_rate",
+                     "2e-2", "--lora_target_modules", "all-linear", *common],
+        llama, work / "ma_export", device, MemAgentRouter, score)
     return out
 
 

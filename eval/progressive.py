@@ -572,8 +572,9 @@ def _score_new_routers(selection, cache: dict, writer, models: "_Models", rids: 
         return 0
     routers = models.load_routers()
     print(f"[eval progressive] scoring {len(todo)} cached question(s) with new router(s); paths reused", file=sys.stderr)
+    steps = {}  # episode id -> {step id: step}, built once per episode
     for ep, rec, name, rid in todo:
-        by_id = {s.step_id: s for s in ep.steps}
+        by_id = steps.setdefault(ep.episode_id, {st.step_id: st for st in ep.steps})
         s, t = route_score(routers[name], rec["question"], render_context([by_id[i] for i in rec["prefix"]["hits"]]))
         route = {"key": _route_key(rec["split"], rec["qa_id"], h, rid), "kind": "route", "split": rec["split"],
                  "qa_id": rec["qa_id"], "router": name, "router_id": rid, "score": s, "seconds": t}

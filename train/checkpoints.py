@@ -45,7 +45,6 @@ def last_complete_checkpoint(output_dir: str | os.PathLike, warn: bool = True) -
     return None
 
 
-
 def time_budget_callback(minutes: float):
     """A ``TrainerCallback`` that stops a run gracefully once ``minutes`` of training have passed: it
     saves a checkpoint and lets the script export as usual. For time-boxed jobs (preemptible nodes, a

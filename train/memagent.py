@@ -26,6 +26,7 @@ from trl import SFTConfig, SFTTrainer
 from data_synthesis.jsonl import atomic_write_json, read_jsonl
 from routers.memagent import prompts as P
 from routers.models import DEFAULT_CAUSAL_LM
+from train.checkpoints import time_budget_callback
 
 PHASES = ("begin", "in", "end")
 ROLES = {"system", "user", "assistant"}
@@ -268,8 +269,6 @@ def main(argv=None):
         final_loss = next((h["train_loss"] for h in reversed(trainer.state.log_history) if "train_loss" in h), None)
     else:
         if cfg.max_train_minutes is not None:
-            from train.checkpoints import time_budget_callback
-
             trainer.add_callback(time_budget_callback(cfg.max_train_minutes))
         result = trainer.train(resume_from_checkpoint=resume)
         steps, runtime, final_loss = result.global_step, result.metrics.get("train_runtime"), result.training_loss
