@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import yaml
@@ -137,3 +138,16 @@ def test_resolved_config_does_not_inject_redacted_tokens(recipe, tmp_path):
     out = save_resolved_config(tmp_path / "run", args, ta)
     _, ta2 = parse([str(out)])
     assert ta2.hub_token == ta.hub_token is None
+
+
+@pytest.mark.parametrize("recipe", ["configs/sufficiency_smollm2.yaml", "configs/sufficiency_smollm2_gpu.yaml"])
+def test_shipped_sufficiency_recipes_parse(recipe):
+    """Every key of a shipped recipe is a real field (a typo there would only surface on a cluster)."""
+    from train.sufficiency import SufficiencyTrainingConfig, make_parser
+
+    root = Path(__file__).resolve().parents[1]
+    (cfg,) = parse_config(make_parser(), [SufficiencyTrainingConfig], [str(root / recipe), "--use_cpu", "true",
+                                                                      "--bf16", "false"])
+    assert cfg.model_name_or_path == "HuggingFaceTB/SmolLM2-135M-Instruct" and cfg.router_max_input_tokens == 1024
+    if recipe.endswith("_gpu.yaml"):
+        assert (cfg.lora_r, cfg.max_length, cfg.per_device_train_batch_size, cfg.num_train_epochs) == (64, 1024, 16, 2)

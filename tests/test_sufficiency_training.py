@@ -323,3 +323,26 @@ def test_padding_safe_mask_leaves_the_loss_unchanged(trained):
             losses[safe] = float(trainer.compute_loss(trainer.model, dict(batch)))
     trainer.args.padding_safe_mask = True
     assert losses[True] == pytest.approx(losses[False], abs=1e-5)
+
+
+def test_full_finetune_with_separate_teacher(tiny_llama_dir, train_file, tmp_path):
+    """use_lora false + teacher_model_name_or_path: the teacher sits beside the student (the Trainer only moves the
+    student), stays frozen, and the student's own weights change."""
+    from routers.models import load_causal_lm
+
+    out = tmp_path / "full"
+    trainer, info = train_main(base_args(tiny_llama_dir, train_file, out, "--max_steps", "2", "--logging_steps", "1",
+                                         "--save_steps", "100", "--max_train_samples", "16", "--use_lora", "false",
+                                         "--learning_rate", "1e-3", "--teacher_model_name_or_path", tiny_llama_dir))
+    teacher = trainer.teacher_model
+    assert teacher is not None and not hasattr(trainer.model, "disable_adapter")
+    assert next(teacher.parameters()).device == next(trainer.model.parameters()).device == trainer.args.device
+    assert not any(p.requires_grad for p in teacher.parameters())
+    logs = loss_logs(trainer.state.log_history)
+    assert len(logs) == 2 and all("loss_rep" in h for h in logs)
+    base, _ = load_causal_lm(tiny_llama_dir)
+    for (name, p0), p1 in zip(base.named_parameters(), teacher.parameters()):
+        torch.testing.assert_close(p0, p1.cpu(), msg=f"teacher weight {name} moved")
+    changed = [n for (n, p0), p1 in zip(base.named_parameters(), trainer.model.parameters())
+               if not torch.equal(p0, p1.detach().cpu())]
+    assert len(changed) > len(list(base.parameters())) // 2

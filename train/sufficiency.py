@@ -142,7 +142,8 @@ class SufficiencyTrainer(Trainer):
         self.cls_loss = GroupedTokenLoss(yes_ids, no_ids)
         self.rep_loss = RepresentationDistillationLoss()
         self.lambda_rep, self.rep_layer, self.s0 = lambda_rep, rep_layer, s0
-        self.teacher_model = teacher_model
+        # A separate frozen teacher is no part of the wrapped model, so the Trainer never moves it.
+        self.teacher_model = teacher_model.to(self.accelerator.device) if teacher_model is not None else None
         self.cache_teacher_states = cache_teacher_states
         self.teacher_cache: dict[int, torch.Tensor] = {}
         self._parts: dict[str, list[float]] = {"loss_cls": [], "loss_rep": []}
