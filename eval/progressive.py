@@ -352,6 +352,33 @@ def et_ranges(rows: Sequence[dict]) -> dict:
     return out
 
 
+def prefix_sufficiency(records: Sequence[dict], evidence: dict[str, Sequence[str]], taus: Sequence[float]) -> dict:
+    """Does s(q, C_f) track whether the prefix really holds the evidence? Label = every annotated evidence step
+    is among the prefix hits (questions without evidence annotations are left out). Per router: AUROC of the
+    score against that label and, per tau, the share of early stops whose prefix was evidence-complete.
+    This is the router's job on the contexts it actually sees at inference, which differ from the synthetic
+    intervention samples it is usually evaluated on (every retrieved step is similar to the question)."""
+    from sklearn.metrics import roc_auc_score
+
+    labelled = [(r, int(set(evidence[r["qa_id"]]) <= set(r["prefix"]["hits"]))) for r in records
+                if evidence.get(r["qa_id"])]
+    out: dict = {"n_labelled": len(labelled),
+                 "evidence_complete_rate": (100.0 * sum(y for _, y in labelled) / len(labelled)) if labelled else None,
+                 "routers": {}}
+    names = sorted({n for r, _ in labelled for n in r.get("routers", {})})
+    for name in names:
+        pairs = [(r["routers"][name]["score"], y) for r, y in labelled
+                 if r["routers"].get(name, {}).get("score") is not None]
+        ys = [y for _, y in pairs]
+        auroc = float(roc_auc_score(ys, [s for s, _ in pairs])) if 0 < sum(ys) < len(ys) else None
+        precision = {}
+        for tau in taus:
+            stops = [y for s, y in pairs if s >= tau]
+            precision[str(tau)] = (100.0 * sum(stops) / len(stops)) if stops else None
+        out["routers"][name] = {"n_scored": len(pairs), "auroc": auroc, "stop_precision": precision}
+    return out
+
+
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
     """Indices of points not dominated (lower-or-equal time and higher-or-equal score, one strictly)."""
     front = []
@@ -676,7 +703,7 @@ def run(cfg: ProgressiveEvalConfig, backend=None, routers=None, retriever=None, 
             computed += 1
         rescored = _score_new_routers(selection, cache, writer, models, rids, h)
 
-    rows_by_split, stats = {}, {}
+    rows_by_split, stats, prefix_stats = {}, {}, {}
     for split, pairs in selection.items():
         recs = [_with_routers(cache, cache[f"{split}|{qa.qa_id}|{h}"], rids, h) for _, qa in pairs
                 if f"{split}|{qa.qa_id}|{h}" in cache]
@@ -684,6 +711,7 @@ def run(cfg: ProgressiveEvalConfig, backend=None, routers=None, retriever=None, 
         builds = [cache[k] for k in (f"build|{split}|{e}|{h}" for e in ep_ids) if k in cache]
         rows_by_split[split] = derive_rows(recs, builds, cfg.taus, split, cfg.score_metric, len(failures[split]))
         stats[split] = split_stats(recs, failures[split])
+        prefix_stats[split] = prefix_sufficiency(recs, {qa.qa_id: qa.evidence for _, qa in pairs}, cfg.taus)
     rows = rows_by_split["dev"] + rows_by_split["test"]
     router_names = sorted({r["router"] for r in rows if r["system"] == "router"})
     primary = TRAINED if TRAINED in router_names else (router_names[0] if router_names else None)
@@ -705,6 +733,7 @@ def run(cfg: ProgressiveEvalConfig, backend=None, routers=None, retriever=None, 
             "t_e2e": "t_mem + answer generation", "t_build": "index + views construction per episode (mean)"},
         "rows": rows, "tau_choice_dev": choice, "test_at_dev_tau": report,
         "early_termination_range": {s: et_ranges(r) for s, r in rows_by_split.items()},
+        "prefix_sufficiency": prefix_stats,
         "failures": all_failures,
         "files": {"rows": "rows.csv", "plot": "pareto.png", "records": "records.jsonl", "failures": "failures.jsonl"},
     }

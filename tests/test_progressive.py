@@ -140,6 +140,31 @@ def test_tau_rows_derived_exactly_from_records():
     assert ev.pareto_front([(1.0, 10.0), (2.0, 5.0), (3.0, 20.0), (0.5, 1.0)]) == [3, 0, 2]
 
 
+def test_prefix_sufficiency_against_evidence():
+    """Exact AUROC and stop precision on hand-made prefixes; questions without evidence are left out."""
+    def rec(qa_id, hits, trained, base):
+        return {"qa_id": qa_id, "prefix": {"hits": hits},
+                "routers": {"trained": {"score": trained}, "base": {"score": base}}}
+
+    records = [rec("q1", ["a", "b"], 0.9, 0.2),   # complete
+               rec("q2", ["a"], 0.8, 0.3),        # b missing
+               rec("q3", ["c", "d"], 0.6, 0.1),   # complete
+               rec("q4", ["x"], 0.2, None),       # none; base over budget
+               rec("q5", ["a"], 0.99, 0.99)]      # no evidence annotation: left out
+    evidence = {"q1": ["a", "b"], "q2": ["a", "b"], "q3": ["c"], "q4": ["d"], "q5": []}
+    out = ev.prefix_sufficiency(records, evidence, [0.5, 0.7, 0.95])
+    assert out["n_labelled"] == 4 and out["evidence_complete_rate"] == 50.0
+    trained = out["routers"]["trained"]
+    # positives {0.9, 0.6} vs negatives {0.8, 0.2}: pairs won 0.9>0.8, 0.9>0.2, 0.6>0.2, lost 0.6<0.8 -> 3/4
+    assert trained["n_scored"] == 4 and trained["auroc"] == pytest.approx(0.75)
+    assert trained["stop_precision"] == {"0.5": pytest.approx(200 / 3), "0.7": 50.0, "0.95": None}
+    base = out["routers"]["base"]
+    # positives {0.2, 0.1} vs the one scored negative {0.3}
+    assert base["n_scored"] == 3 and base["auroc"] == 0.0
+    one_class = ev.prefix_sufficiency(records[:1], evidence, [0.5])
+    assert one_class["routers"]["trained"]["auroc"] is None
+
+
 def test_judge_metric_and_csv(tmp_path):
     recs = json.loads(json.dumps(RECORDS))
     for r, verdicts in zip(recs, ([1, 0, None, 1], [0, 1, 1, 0])):

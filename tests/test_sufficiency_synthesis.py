@@ -250,6 +250,51 @@ def test_teacher_rationales(tmp_path):
     assert stats["train"]["rationale_source"].get("teacher", 0) > 0
 
 
+# -- retrieval-prefix samples -----------------------------------------------------------------------
+def test_prefix_samples_are_the_shared_prefix_labelled_by_evidence(tmp_path, episodes_by_id):
+    """Each prefix sample is exactly the executor's C_f (top-k, temporal order); label = all evidence retrieved."""
+    out = tmp_path / "prefix"
+    cfg = _cfg(out, intervention_samples=False, prefix_top_k=[2, 6], prefix_encoder="none",
+               max_qa_per_episode=8, max_eval_qa_per_episode=4)
+    SufficiencySynthesizer(cfg, answer_backends=[]).run(progress=False)
+    recs = _records(out / "train.jsonl") + _records(out / "eval.jsonl")
+    bm25 = HybridRetriever(encoder="none")
+    labels, ks = set(), set()
+    for r in recs:
+        ep = episodes_by_id[r["episode_id"]]
+        qa = next(q for q in ep.qa if q.qa_id == r["qa_id"])
+        k = r["prefix_top_k"]
+        hits = [h.step.step_id for h in bm25.retrieve(qa.question, ep, k)]
+        assert sorted(r["context_step_ids"]) == sorted(hits) and len(hits) == k
+        idx = [ep.step(s).index for s in r["context_step_ids"]]
+        assert idx == sorted(idx)
+        evidence = set(qa.evidence)
+        assert r["label"] == int(evidence <= set(hits))
+        assert set(r["present_evidence"]) == evidence & set(hits)
+        assert set(r["missing_evidence"]) == evidence - set(hits)
+        want = ("prefix_positive" if r["label"] else
+                "prefix_partial" if r["present_evidence"] else "prefix_none")
+        assert r["variant"] == want and r["id"] == f"{r['qa_id']}/{want}"
+        labels.add(r["label"])
+        ks.add(k)
+    assert len(recs) == 8 * len(json.loads((out / "manifest.json").read_text())["train_episodes"]) + 4 * 2
+    assert labels == {0, 1} and ks == {2, 6}
+
+
+def test_prefix_samples_next_to_intervention_pairs(tmp_path, small_run):
+    """Turning prefix samples on adds exactly one record per question and leaves the pairs unchanged."""
+    fresh, _ = small_run
+    out = tmp_path / "both"
+    SufficiencySynthesizer(_cfg(out, prefix_top_k=[5], prefix_encoder="none"), answer_backends=[]).run(progress=False)
+    for split in ("train", "eval"):
+        recs = {r["id"]: r for r in _records(out / f"{split}.jsonl")}
+        pairs = {r["id"]: r for r in _records(fresh / f"{split}.jsonl")}
+        prefix = {i for i in recs if "/prefix_" in i}
+        assert set(recs) - prefix == set(pairs)
+        assert all(recs[i] == pairs[i] for i in pairs)
+        assert len(prefix) == len({r["qa_id"] for r in pairs.values()})
+
+
 # -- resume ------------------------------------------------------------------------------------------
 def test_resume_after_truncated_tail_matches_fresh_run(tmp_path, small_run):
     fresh, _ = small_run
