@@ -280,13 +280,17 @@ def test_init_adapter_continues_from_saved_lora(trained, tiny_llama_dir, train_f
         match = [v for k, v in loaded.items() if k.replace(".default", "") == key]
         assert match and torch.equal(match[0], value), key
     out = tmp_path / "continued"
+    source_cfg = json.loads((source / "adapter_config.json").read_text())
     train_main(base_args(tiny_llama_dir, train_file, out, "--max_steps", "2", "--save_steps", "100",
-                         "--lambda_rep", "0", "--init_adapter", str(source)))
+                         "--lambda_rep", "0", "--init_adapter", str(source), "--lora_r", str(source_cfg["r"] + 5)))
     after = load_file(str(out / "adapter_model.safetensors"))
     assert after.keys() == saved.keys()
     assert any(not torch.equal(after[k], saved[k]) for k in saved)
     summary = json.loads((out / "train_summary.json").read_text())
     assert summary["init_adapter"] == str(source)
+    # The summary (and the model card) report the adapter that was trained, not the recipe's ignored lora_r.
+    assert summary["lora"]["r"] == source_cfg["r"] and summary["lora"]["alpha"] == source_cfg["lora_alpha"]
+    assert summary["lora"]["targets"] == sorted(source_cfg["target_modules"])
 
 
 def test_init_adapter_must_be_a_lora_dir(tiny_llama_dir, tmp_path):

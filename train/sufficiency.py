@@ -254,6 +254,16 @@ def build_model(cfg: SufficiencyTrainingConfig):
     return model, tokenizer
 
 
+def lora_summary(model) -> dict | None:
+    """The adapter actually trained (with ``init_adapter`` its rank and targets, not the recipe's lora_* keys)."""
+    pc = getattr(model, "peft_config", {}).get("default")
+    if pc is None:
+        return None
+    targets = pc.target_modules
+    return {"r": pc.r, "alpha": pc.lora_alpha,
+            "targets": sorted(targets) if isinstance(targets, (set, list, tuple)) else targets}
+
+
 def resolve_resume(cfg: SufficiencyTrainingConfig) -> str | None:
     if cfg.resume_from_checkpoint:
         return cfg.resume_from_checkpoint
@@ -327,7 +337,7 @@ def main(argv=None):
             "lambda_rep": cfg.lambda_rep, "s0": trainer.s0, "rep_layer": rep_layer, "world_size": trainer.args.world_size,
             "resumed_from": resume, "init_adapter": cfg.init_adapter,
             "stopped_by_time_budget_at_step": budget.stopped_at_step if budget is not None else None,
-            "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "targets": cfg.lora_target_modules} if cfg.use_lora else None}
+            "lora": lora_summary(model) if cfg.use_lora else None}
     if trainer.is_world_process_zero():
         atomic_write_json(Path(cfg.output_dir) / "train_summary.json", {**info, "log_history": trainer.state.log_history})
         if cfg.export_dir:
