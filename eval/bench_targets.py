@@ -87,6 +87,11 @@ def progressive_figures(path: str | None, label: str) -> list[dict]:
     tr, base = (_num(et.get(k, {}).get("range")) for k in ("trained", "base"))
     figs.append(figure(f"progressive_{label}_et_range_trained_vs_base", "%", tr, base, "value/baseline", None,
                        "early-termination range across tau, trained vs untrained router (test)"))
+    ptr, pbase = (_num(et.get(k, {}).get("range_paper_taus")) for k in ("trained", "base"))
+    if ptr is not None and pbase is not None:
+        figs.append(figure(f"progressive_{label}_et_range_paper_taus_trained_vs_base", "%", ptr, pbase,
+                           "value/baseline", (">", 1.0), "early-termination range over tau 0.3-0.7 (the paper's "
+                           "Tables 3 and 5), trained vs untrained router (test)"))
     lv_tr, lv_base = (_num(et.get(k, {}).get("graded_levels")) for k in ("trained", "base"))
     if lv_tr is not None and lv_base is not None:
         figs.append(figure(f"progressive_{label}_et_graded_levels_trained_vs_base", "levels", lv_tr, lv_base,

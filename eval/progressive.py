@@ -51,6 +51,7 @@ from routers.models import DEFAULT_CAUSAL_LM, DEFAULT_ENCODER
 RECORD_VERSION = 2  # 2: router scores carry router_id; routers are not in the path hash
 TAUS = (0.1, 0.3, 0.5, 0.7, 0.9)
 BASE, TRAINED = "base", "trained"
+PAPER_TAUS = (0.3, 0.7)  # the tau span of seed 001 Tables 3 and 5
 PATHS = ("fast", "slow", "rag", "long_context")
 
 
@@ -338,16 +339,22 @@ def et_ranges(rows: Sequence[dict]) -> dict:
     distinct intermediate operating points tau can pick (distinct ET values with 0 < ET < 100 %). The range
     alone rewards a router that jumps from all-fast to all-slow between two taus; the paper's point (Table 3)
     is that an untrained router's boundary sits at a fixed endpoint so tau stops controlling anything, which
-    the count of graded levels measures."""
+    the count of graded levels measures. ``range_paper_taus`` is the range over tau in [0.3, 0.7], the taus
+    of the paper's Tables 3 and 5 ("joint training increases this range to 22.1%-38.5%"), where the
+    endpoints' saturation (everything stops at 0.1, nothing at 0.9) does not dominate."""
     out = {}
     for name in sorted({r["router"] for r in rows if r["system"] == "router"}):
         rs = sorted((r for r in rows if r["system"] == "router" and r["router"] == name), key=lambda r: r["tau"])
         ets = [r["early_termination"] for r in rs]
+        mid = [r["early_termination"] for r in rs if PAPER_TAUS[0] - 1e-9 <= r["tau"] <= PAPER_TAUS[1] + 1e-9]
         out[name] = {"taus": [r["tau"] for r in rs], "early_termination": ets, "range": max(ets) - min(ets),
+                     "range_paper_taus": (max(mid) - min(mid)) if len(mid) > 1 else None,
                      "monotone_non_increasing": all(a >= b for a, b in zip(ets, ets[1:])),
                      "graded_levels": len({round(e, 6) for e in ets if 0.0 < e < 100.0})}
     if BASE in out and TRAINED in out:
         out["trained_wider_than_base"] = out[TRAINED]["range"] > out[BASE]["range"]
+        if out[TRAINED]["range_paper_taus"] is not None and out[BASE]["range_paper_taus"] is not None:
+            out["trained_wider_than_base_paper_taus"] = out[TRAINED]["range_paper_taus"] > out[BASE]["range_paper_taus"]
         out["trained_more_graded_than_base"] = out[TRAINED]["graded_levels"] > out[BASE]["graded_levels"]
     return out
 

@@ -137,6 +137,15 @@ def test_tau_rows_derived_exactly_from_records():
                            for t, e in zip([0.3, 0.5, 0.7], ets)])
     assert (graded["base"]["graded_levels"], graded["trained"]["graded_levels"]) == (1, 3)
     assert graded["trained_more_graded_than_base"] and not graded["trained_wider_than_base"]
+    assert graded["base"]["range_paper_taus"] == 100.0 and graded["trained"]["range_paper_taus"] == pytest.approx(60.0)
+    assert graded["trained_wider_than_base_paper_taus"] is False
+    # Over the full sweep the base's jump at the low end dominates; over 0.3-0.7 the trained curve is wider.
+    sweep = ev.et_ranges([{"system": "router", "router": n, "tau": t, "early_termination": e}
+                          for n, ets in (("base", [100.0, 36.7, 0.0, 0.0, 0.0]), ("trained", [100.0, 90.0, 73.3, 40.0, 6.7]))
+                          for t, e in zip([0.1, 0.3, 0.5, 0.7, 0.9], ets)])
+    assert sweep["base"]["range"] == 100.0 and sweep["trained"]["range"] == pytest.approx(93.3)
+    assert sweep["base"]["range_paper_taus"] == pytest.approx(36.7) and sweep["trained"]["range_paper_taus"] == pytest.approx(50.0)
+    assert not sweep["trained_wider_than_base"] and sweep["trained_wider_than_base_paper_taus"]
     assert ev.pareto_front([(1.0, 10.0), (2.0, 5.0), (3.0, 20.0), (0.5, 1.0)]) == [3, 0, 2]
 
 
