@@ -22,8 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from data_synthesis.jsonl import atomic_write_json, atomic_write_text, read_jsonl
-
-REQUIRED = ("id", "question", "context", "label")
+from data_synthesis.sufficiency import SAMPLE_FIELDS, validate_sample
 
 
 @dataclass
@@ -52,11 +51,6 @@ def parse_source(spec: str) -> tuple[str, int | None, int | None]:
     return path, n, per_label
 
 
-def _validate(rec: dict) -> None:
-    if rec["label"] not in (0, 1):
-        raise ValueError(f"label must be 0 or 1, got {rec['label']!r}")
-
-
 def draw(records: list[dict], n: int | None, per_label: int | None, rng: random.Random) -> list[dict]:
     if per_label is not None:
         picked = []
@@ -76,7 +70,7 @@ def mix(cfg: MixConfig) -> dict:
     out, summary, seen = [], [], set()
     for spec in cfg.sources:
         path, n, per_label = parse_source(spec)
-        records = list(read_jsonl(path, required=REQUIRED, validate=_validate))
+        records = list(read_jsonl(path, required=SAMPLE_FIELDS, validate=validate_sample))
         picked = draw(records, n, per_label, rng)
         dup = [r["id"] for r in picked if r["id"] in seen]
         if dup:

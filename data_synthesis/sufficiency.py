@@ -43,6 +43,7 @@ from routers.memory.schema import QA, Episode, LoadStats, Step
 FORMAT = "memroute.sufficiency"
 SCHEMA_VERSION = 1
 RECORD_FIELDS = ("id", "qa_id", "episode_id", "question", "answer", "context", "label", "variant")
+SAMPLE_FIELDS = ("id", "question", "context", "label")  # what training reads (any source, e.g. a mix)
 ANSWER_SYSTEM = "Answer the question using only the memory. Reply with a short answer (a few words)."
 TEACHER_SYSTEM = ("You audit retrieved memory. In two or three sentences, say which evidence for the question is "
                   "present and which decisive piece, if any, is missing.")
@@ -81,6 +82,14 @@ class SufficiencySynthConfig:
     prefix_encoder: str | None = field(default=None, metadata={
         "help": "encoder of the shared retrieval prefix (e.g. a trained retriever export); None = `encoder`"})
     prefix_dense_weight: float = field(default=0.5, metadata={"help": "dense share of the prefix's hybrid score"})
+
+
+def validate_sample(rec: dict) -> None:
+    """The check every reader of sufficiency samples applies (``read_jsonl`` adds file and line)."""
+    if rec["label"] not in (0, 1):
+        raise ValueError(f"label must be 0 or 1, got {rec['label']!r}")
+    if not isinstance(rec["question"], str) or not isinstance(rec["context"], str):
+        raise ValueError("question and context must be strings")
 
 
 def _rng(seed: int, key: str) -> random.Random:

@@ -21,6 +21,7 @@ import torch
 from transformers import Trainer, TrainingArguments
 
 from data_synthesis.jsonl import atomic_write_json, read_jsonl
+from data_synthesis.sufficiency import SAMPLE_FIELDS, validate_sample
 from routers.models import DEFAULT_CAUSAL_LM
 from routers.sufficiency import (NO_WORDS, YES_WORDS, build_prompt, last_token_logits, left_pad, padding_safe_mask,
                                  verbalizer_ids)
@@ -28,7 +29,6 @@ from train.checkpoints import last_complete_checkpoint, time_budget_callback
 from train.distributed import check_world_size, cpu_ddp_defaults, warn_if_fsdp_ignored, resolve_attn_implementation
 from train.losses import GroupedTokenLoss, RepresentationDistillationLoss
 
-SAMPLE_FIELDS = ("id", "question", "context", "label")
 
 
 @dataclass
@@ -81,7 +81,7 @@ class SufficiencyDataset(torch.utils.data.Dataset):
     def __init__(self, path: str, tokenizer, max_length: int, max_samples: int | None = None, teacher_tokenizer=None):
         teacher_tokenizer = teacher_tokenizer or tokenizer
         self.items, self.skipped_too_long = [], 0
-        for rec in read_jsonl(path, required=SAMPLE_FIELDS, validate=_validate):
+        for rec in read_jsonl(path, required=SAMPLE_FIELDS, validate=validate_sample):
             student = tokenizer.encode(build_prompt(tokenizer, rec["question"], rec["context"]), add_special_tokens=False)
             if len(student) > max_length:
                 self.skipped_too_long += 1
@@ -101,13 +101,6 @@ class SufficiencyDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         return self.items[i]
-
-
-def _validate(rec: dict) -> None:
-    if rec["label"] not in (0, 1):
-        raise ValueError(f"label must be 0 or 1, got {rec['label']!r}")
-    if not isinstance(rec["question"], str) or not isinstance(rec["context"], str):
-        raise ValueError("question and context must be strings")
 
 
 @dataclass
