@@ -79,12 +79,16 @@ class ResumableJsonlWriter:
     :func:`repair_truncated_tail` removes on the next open.
     """
 
-    def __init__(self, path: str | os.PathLike, key: str = "id"):
+    def __init__(self, path: str | os.PathLike, key: str = "id", on_duplicate: str = "raise"):
+        if on_duplicate not in ("raise", "skip"):
+            raise ValueError(f"on_duplicate must be 'raise' or 'skip', got {on_duplicate!r}")
         self.path = Path(path)
         self.key = key
+        self.on_duplicate = on_duplicate  # "skip" for caches, where the same key may legitimately recur
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.repaired_bytes = repair_truncated_tail(self.path)
         self.done: set[str] = set()
+        self._written: set[str] = set()
         if self.path.exists():
             def scalar_key(rec: dict) -> None:
                 if isinstance(rec[key], bool) or not isinstance(rec[key], (str, int, float)):
@@ -98,13 +102,18 @@ class ResumableJsonlWriter:
         return key in self.done
 
     def write(self, record: dict) -> bool:
+        """Append ``record``; False when its id was already on disk (a resumed run skips it). An id written
+        twice within this run is a caller bug (e.g. a corpus with a duplicate qa_id) and raises."""
         k = record[self.key]
+        if k in self._written and self.on_duplicate == "raise":
+            raise ValueError(f"{self.path}: {self.key} {k!r} written twice in one run (duplicate input id?)")
         if k in self.done:
             return False
         self._fh.write(json.dumps(record, ensure_ascii=False) + "\n")
         self._fh.flush()
         os.fsync(self._fh.fileno())
         self.done.add(k)
+        self._written.add(k)
         return True
 
     def close(self):
@@ -123,6 +132,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes owner-only files; give what open() would
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
@@ -136,3 +146,60 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+class OutputLockedError(RuntimeError):
+    """Another process holds the output directory's lock."""
+
+
+LOCK_FILE = ".memroute.lock"
+
+
+class OutputLock:
+    """An exclusive, non-blocking ``flock`` on ``output_dir/.memroute.lock`` for the life of a run.
+
+    Two runs appending to the same resumable files would each skip only their own ids and write every
+    record twice; the second run fails at once instead. The kernel drops the lock when the process dies,
+    so a crashed run never leaves a stale lock behind.
+    """
+
+    def __init__(self, output_dir: str | os.PathLike):
+        self.dir = Path(output_dir)
+        self._fh = None
+
+    def acquire(self) -> "OutputLock":
+        import fcntl
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fh = open(self.dir / LOCK_FILE, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.seek(0)
+            holder = fh.read().strip() or "?"
+            fh.close()
+            raise OutputLockedError(f"{self.dir}: another memroute run (pid {holder}) is writing here; wait for it "
+                                    "to finish or choose another output directory") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        self._fh = fh
+        return self
+
+    def release(self) -> None:
+        if self._fh is not None:
+            self._fh.close()  # closing the descriptor releases the flock
+            self._fh = None
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()

@@ -357,7 +357,7 @@ class ForcedExplorer:
         """Provider states + progress in one directory, replaced in one rename (never half-written)."""
         from routers.base import atomic_directory
 
-        with atomic_directory(self.out / "stores") as tmp:
+        with atomic_directory(self.out / "stores", "providers") as tmp:
             for name, p in self.providers.items():
                 p.save(Path(tmp) / name)
             atomic_write_json(Path(tmp) / "providers.json", {"providers": list(self.providers)})

@@ -86,7 +86,7 @@ class ResultCache:
         if fresh and self.path.exists():
             self.path.unlink()
         try:
-            self._writer = ResumableJsonlWriter(self.path, key="key")
+            self._writer = ResumableJsonlWriter(self.path, key="key", on_duplicate="skip")
             self._records = {rec["key"]: rec for rec in read_jsonl(self.path, required=("key", *required),
                                                                    validate=_check_key(validate))}
         except RecordError as err:

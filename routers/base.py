@@ -125,22 +125,89 @@ def git_revision() -> str | None:
         return None
 
 
+class ExportTargetError(ValueError):
+    """An export / save target that must not be replaced (it holds something other than a previous export)."""
+
+
+def _json_field(file: Path, key: str):
+    try:
+        raw = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return raw.get(key) if isinstance(raw, dict) else None
+
+
+def saved_kind(path: str | os.PathLike) -> str | None:
+    """What memroute wrote into ``path``: a router's ``router_type``, ``"vector_index"``, ``"provider"``,
+    ``"providers"`` (a provider-store directory), or None when it is not something memroute saved."""
+    path = Path(path)
+    if (path / ROUTER_CONFIG).is_file():
+        return _json_field(path / ROUTER_CONFIG, "router_type")
+    if (path / "index.json").is_file() and _json_field(path / "index.json", "format") == "memroute.vector_index":
+        return "vector_index"
+    if (path / "provider.json").is_file() and _json_field(path / "provider.json", "format") == "memroute.memagent.provider":
+        return "provider"
+    if (path / "providers.json").is_file():
+        return "providers"
+    return None
+
+
+def _inside(child: Path, parent: Path) -> bool:
+    return child == parent or parent in child.parents
+
+
+def check_export_target(target: str | os.PathLike, kind: str, protect: tuple = ()) -> Path:
+    """Refuse an export target that would destroy user data, before any work is done.
+
+    Allowed: an absent path, an empty directory, or a previous save of the same ``kind``. Refused: a file,
+    a directory with other content, the working directory or one of its parents, and any target equal to
+    or containing a path in ``protect`` (a training output_dir, the checkpoint being exported)."""
+    raw = Path(target)
+    target = raw.resolve()
+    for p in protect:
+        if p is None:
+            continue
+        p = Path(p).resolve()
+        if _inside(p, target):
+            raise ExportTargetError(f"{raw}: refusing to export here: it is or contains {p}, which the export "
+                                    "must not replace; choose another directory")
+    if _inside(Path.cwd().resolve(), target):
+        raise ExportTargetError(f"{raw}: refusing to replace the working directory or one of its parents")
+    if not os.path.lexists(target):
+        return target
+    if not target.is_dir() or target.is_symlink():
+        raise ExportTargetError(f"{raw}: exists and is not a directory; refusing to replace it")
+    if not any(target.iterdir()):
+        return target
+    found = saved_kind(target)
+    if found != kind:
+        what = f"a saved {found!r}" if found else "files that memroute did not write"
+        raise ExportTargetError(f"{raw}: holds {what}; refusing to replace it with a {kind!r} export "
+                                "(remove it yourself or choose an empty / new directory)")
+    return target
+
+
 @contextmanager
-def atomic_directory(target: str | os.PathLike):
+def atomic_directory(target: str | os.PathLike, kind: str, protect: tuple = ()):
     """Yield a temporary sibling directory; on success it replaces ``target`` in one rename.
 
-    A crash mid-export leaves the previous export (or nothing) in place, never a half-written one.
+    A crash mid-export leaves the previous export (or nothing) in place, never a half-written one. Only an
+    absent / empty directory or a previous save of the same ``kind`` is replaced (:func:`check_export_target`);
+    the directory gets the permissions the user's umask gives (mkdtemp alone would make it owner-only).
     """
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    target_path = Path(target)
+    check_export_target(target_path, kind, protect)
+    target_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target_path.name}.tmp-", dir=target_path.parent))
     try:
+        os.chmod(tmp, 0o777 & ~current_umask())
         yield tmp
+        check_export_target(target_path, kind, protect)  # still safe after the (possibly long) write
         old = None
-        if target.exists():
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
-            os.replace(target, old)
-        os.replace(tmp, target)
+        if target_path.exists():
+            old = target_path.with_name(f".{target_path.name}.old-{os.getpid()}")
+            os.replace(target_path, old)
+        os.replace(tmp, target_path)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     except BaseException:
@@ -148,8 +215,18 @@ def atomic_directory(target: str | os.PathLike):
         raise
 
 
+def current_umask() -> int:
+    """The process umask (read by setting and restoring it; there is no read-only call)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
+    """Pretty JSON, atomically (readers see the old or the new file, never half of one)."""
+    from data_synthesis.jsonl import atomic_write_json
+
+    atomic_write_json(path, obj)
 
 
 def model_card_json_sections(training: dict | None = None, metrics: dict | None = None) -> list[str]:

@@ -52,7 +52,19 @@ commands:
   bench                  run the benchmarks and write a JSON + Markdown report
   check-device           bf16 training steps + export/reload of every router on this machine's accelerator
 
-Each command accepts a YAML recipe (first argument or --config) and --help."""
+Each command accepts a YAML recipe (first argument or --config) and --help. memroute --version prints
+the version; --debug shows a full traceback on errors."""
+
+
+DEBUG_ENV = "MEMROUTE_DEBUG"
+
+
+def user_error_types() -> tuple[type, ...]:
+    """Errors caused by what the user gave (a recipe, a flag, a data file, an export directory): shown as one
+    line. ``ConfigError``, ``RecordError``, ``RouterConfigError`` and ``ExportTargetError`` are ValueErrors."""
+    from data_synthesis.jsonl import OutputLockedError
+
+    return (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, OutputLockedError)
 
 
 def _call(spec: str, argv: list[str]):
@@ -60,10 +72,22 @@ def _call(spec: str, argv: list[str]):
     return getattr(importlib.import_module(module), func)(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("memroute")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def run(argv: list[str]) -> int:
+    """Dispatch to a job; errors propagate (tests and callers that want the exception use this)."""
     if not argv or argv[0] in {"-h", "--help", "help"}:
         print(USAGE)
+        return 0
+    if argv[0] in {"--version", "-V"}:
+        print(f"memroute {_version()}")
         return 0
     cmd, rest = argv[0], argv[1:]
     if cmd in SINGLE:
@@ -71,13 +95,42 @@ def main(argv: list[str] | None = None) -> int:
         return code if isinstance(code, int) else 0
     if cmd in JOBS:
         targets = JOBS[cmd]
+        if rest and rest[0] in {"-h", "--help"}:
+            print(f"usage: memroute {cmd} <target> [recipe.yaml] [options]\n\ntargets: {', '.join(sorted(targets))}"
+                  f"\n\n'memroute {cmd} <target> --help' lists a target's options.")
+            return 0
         if not rest or rest[0] not in targets:
-            print(f"memroute {cmd}: choose a target from {sorted(targets)}", file=sys.stderr)
+            got = f" (got {rest[0]!r})" if rest else ""
+            print(f"memroute {cmd}: choose a target from {sorted(targets)}{got}", file=sys.stderr)
             return 2
         _call(targets[rest[0]], rest[1:])
         return 0
-    print(f"memroute: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
+    import difflib
+
+    close = difflib.get_close_matches(cmd, list(JOBS) + list(SINGLE), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    print(f"memroute: unknown command {cmd!r}{hint}\n\n{USAGE}", file=sys.stderr)
     return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a job. A user error (bad recipe, flag, record or export directory) prints one line naming the
+    file / option / record and exits 2; ``--debug`` (or ``MEMROUTE_DEBUG=1``) shows the traceback instead."""
+    import os
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "").lower() not in {"", "0", "false", "no"}
+    argv = [a for a in argv if a != "--debug"]
+    if debug:
+        return run(argv)
+    try:
+        return run(argv)
+    except user_error_types() as err:
+        msg = str(err) if isinstance(err, ValueError) or not getattr(err, "filename", None) else \
+            f"{err.filename}: {err.strerror or err}"
+        print(f"memroute: error: {msg or type(err).__name__}\n(--debug or {DEBUG_ENV}=1 shows the traceback)",
+              file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -136,7 +136,7 @@ class RetrieverRouter:
 
     def save_pretrained(self, path: str | os.PathLike, model_card: str | None = None) -> Path:
         """Write the sentence-transformers folder + router_config.json + README.md, atomically."""
-        with atomic_directory(path) as tmp:
+        with atomic_directory(path, "retriever") as tmp:
             self.model.save_pretrained(str(tmp), create_model_card=False)
             write_json(tmp / ROUTER_CONFIG, self.router_config())
             (tmp / "README.md").write_text(model_card or default_model_card(self))

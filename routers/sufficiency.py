@@ -211,7 +211,7 @@ class SufficiencyRouter:
                         calibration: dict | None = None) -> Path:
         """Write weights, tokenizer, router_config.json, calibration.json and README.md atomically."""
         calibration = calibration if calibration is not None else (self.calibration or {"threshold": self.config.threshold})
-        with atomic_directory(path) as tmp:
+        with atomic_directory(path, "sufficiency") as tmp:
             self.model.save_pretrained(tmp, safe_serialization=True)
             self.tokenizer.save_pretrained(tmp)
             write_json(tmp / ROUTER_CONFIG, self.router_config())

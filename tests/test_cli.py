@@ -48,21 +48,21 @@ def test_unknown_yaml_key_is_an_error(tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(yaml.safe_dump({"model_name_or_path": "smollm2", "lerning_rate": 1e-3, "max_steps": 3}))
     with pytest.raises(ConfigError) as err:
-        cli.main(["train", "sufficiency", str(recipe), "--output_dir", str(tmp_path / "out")])
+        cli.run(["train", "sufficiency", str(recipe), "--output_dir", str(tmp_path / "out")])
     msg = str(err.value)
     assert "lerning_rate" in msg and str(recipe) in msg and "learning_rate" in msg  # names it, suggests a fix
     assert not (tmp_path / "out").exists()  # rejected before anything ran
     with pytest.raises(ConfigError, match="lerning_rate"):
-        cli.main(["train", "sufficiency", "--config", str(recipe)])
+        cli.run(["train", "sufficiency", "--config", str(recipe)])
     synth = tmp_path / "synth.yaml"
     synth.write_text(yaml.safe_dump({"encoder": "none", "max_qa_per_episod": 2}))
     with pytest.raises(ConfigError, match="max_qa_per_episod"):
-        cli.main(["synth", "sufficiency", str(synth)])
+        cli.run(["synth", "sufficiency", str(synth)])
 
 
 def test_unknown_flag_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="--max_stepz"):
-        cli.main(["train", "sufficiency", "--output_dir", str(tmp_path / "o"), "--max_stepz", "3"])
+        cli.run(["train", "sufficiency", "--output_dir", str(tmp_path / "o"), "--max_stepz", "3"])
 
 
 def test_env_subprocess_prints_versions_json():

@@ -116,7 +116,8 @@ def test_writer_skips_ids_across_reopen(tmp_path):
     with ResumableJsonlWriter(p) as w:
         assert w.write({"id": "a", "v": 1}) is True
         assert w.write({"id": "b", "v": 2}) is True
-        assert w.write({"id": "a", "v": 99}) is False  # duplicate within a run
+        with pytest.raises(ValueError, match="'a' written twice in one run"):
+            w.write({"id": "a", "v": 99})  # a duplicate within one run is a duplicate input id, not a resume
         assert "a" in w and "c" not in w
     with ResumableJsonlWriter(p) as w:
         assert w.repaired_bytes == 0

@@ -29,6 +29,12 @@ def _field_names(types: Sequence[type]) -> set[str]:
 def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: recipe not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a YAML recipe") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot be read ({err.strerror or err})") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: invalid YAML: {err}") from None
     except (UnicodeDecodeError, RecursionError) as err:
@@ -54,16 +60,34 @@ def make_arg_parser(types: Sequence[type], prog: str | None = None, description:
     return parser
 
 
+def _pop_config_flag(argv: list[str], config_path: str | None) -> str | None:
+    """Take ``--config FILE`` or ``--config=FILE`` out of ``argv`` (given once; a value is required)."""
+    found = [i for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")]
+    if len(found) > 1 or (found and config_path):
+        raise ConfigError("give the recipe once (a first .yaml argument or --config FILE), not several")
+    if not found:
+        return config_path
+    i = found[0]
+    if argv[i].startswith("--config="):
+        value = argv[i].split("=", 1)[1]
+        del argv[i]
+    else:
+        if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
+            raise ConfigError("--config needs a value: the path of a YAML recipe")
+        value = argv[i + 1]
+        del argv[i:i + 2]
+    if not value:
+        raise ConfigError("--config needs a value: the path of a YAML recipe")
+    return value
+
+
 def parse_config(parser, types: Sequence[type], argv: Sequence[str] | None = None):
     """Parse ``[recipe.yaml] [--config recipe.yaml] [--flag value ...]`` into dataclass instances."""
     argv = list(sys.argv[1:] if argv is None else argv)
     config_path = None
     if argv and argv[0].endswith((".yaml", ".yml")) and not argv[0].startswith("-"):
         config_path = argv.pop(0)
-    if "--config" in argv:
-        i = argv.index("--config")
-        config_path = argv[i + 1]
-        del argv[i:i + 2]
+    config_path = _pop_config_flag(argv, config_path)
     if config_path:
         values = load_yaml(config_path)
         check_keys(values, types, config_path)

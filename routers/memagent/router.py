@@ -323,7 +323,7 @@ class MemAgentRouter:
             self.calibration or {"in_threshold": self.config.in_threshold, "end_threshold": self.config.end_threshold})
         if hasattr(self.model, "peft_config") and not self.config.base_model:
             raise ValueError("saving a LoRA adapter needs config.base_model")
-        with atomic_directory(path) as tmp:
+        with atomic_directory(path, "memagent") as tmp:
             self.model.save_pretrained(tmp, safe_serialization=True)
             self.tokenizer.save_pretrained(tmp)
             write_json(tmp / ROUTER_CONFIG, self.router_config())

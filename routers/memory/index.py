@@ -206,7 +206,7 @@ class VectorIndex:
         """Write ``embeddings.npy``, ``ids.json`` and ``index.json`` into ``path`` atomically."""
         from routers.base import atomic_directory
 
-        with atomic_directory(path) as tmp:
+        with atomic_directory(path, "vector_index") as tmp:
             np.save(tmp / _EMB_FILE, np.ascontiguousarray(self._buf[: self._n]), allow_pickle=False)
             (tmp / _IDS_FILE).write_text(json.dumps(self._ids, ensure_ascii=False))
             (tmp / _META_FILE).write_text(json.dumps({

@@ -513,7 +513,7 @@ class BaseProvider:
         from routers.base import atomic_directory
 
         st = self._state
-        with atomic_directory(path) as tmp:
+        with atomic_directory(path, "provider") as tmp:
             with open(tmp / _ITEMS_FILE, "w", encoding="utf-8") as fh:
                 for it in st.items:
                     fh.write(json.dumps(dataclasses.asdict(it), ensure_ascii=False, default=str) + "\n")

@@ -353,7 +353,7 @@ def save_providers(providers: Mapping[str, BaseProvider], path) -> None:
     from data_synthesis.jsonl import atomic_write_json
     from routers.base import atomic_directory
 
-    with atomic_directory(path) as tmp:
+    with atomic_directory(path, "providers") as tmp:
         for name, p in providers.items():
             p.save(Path(tmp) / name)
         atomic_write_json(Path(tmp) / "providers.json", {"providers": list(providers)})
