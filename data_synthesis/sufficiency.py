@@ -25,6 +25,7 @@ Output (``output_dir``): ``train.jsonl``, ``eval.jsonl`` (records with ``schema_
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import re
 import sys
@@ -85,11 +86,50 @@ class SufficiencySynthConfig:
 
 
 def validate_sample(rec: dict) -> None:
-    """The check every reader of sufficiency samples applies (``read_jsonl`` adds file and line)."""
-    if rec["label"] not in (0, 1):
-        raise ValueError(f"label must be 0 or 1, got {rec['label']!r}")
+    """The check every reader of sufficiency samples applies (``read_jsonl`` adds file and line): a non-empty
+    string id, label exactly 0 or 1 (not ``true`` / ``1.0``), and non-empty string question and context."""
+    if isinstance(rec["id"], bool) or not isinstance(rec["id"], (str, int)) or rec["id"] == "":
+        raise ValueError(f"id must be a non-empty string, got {rec['id']!r:.60}")
+    if isinstance(rec["label"], bool) or type(rec["label"]) is not int or rec["label"] not in (0, 1):
+        raise ValueError(f"label must be 0 or 1, got {rec['label']!r:.60}")
     if not isinstance(rec["question"], str) or not isinstance(rec["context"], str):
         raise ValueError("question and context must be strings")
+    if not rec["question"].strip():
+        raise ValueError("question is empty")
+    if not rec["context"].strip():
+        raise ValueError("context is empty")
+
+
+def sample_validator(required: tuple = SAMPLE_FIELDS):
+    """``validate_sample`` plus: an id seen earlier in the same file is an error (a duplicate would count
+    twice in training and in every metric). One validator for the trainer, ``synth mix`` and eval."""
+    seen: set = set()
+
+    def validate(rec: dict) -> None:
+        validate_sample(rec)
+        if rec["id"] in seen:
+            raise ValueError(f"duplicate id {rec['id']!r:.80}")
+        seen.add(rec["id"])
+
+    return validate
+
+
+def read_samples(path: str | os.PathLike, max_samples: int | None = None, required: tuple = SAMPLE_FIELDS) -> list[dict]:
+    """Validated sufficiency samples of one file, in file order; errors name file and line, and an empty
+    file is an error. Call it before loading any model: bad data must fail in seconds."""
+    records = []
+    try:
+        for rec in read_jsonl(path, required=required, validate=sample_validator(required)):
+            records.append(rec)
+            if max_samples is not None and len(records) >= max_samples:
+                break
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: sample file not found") from None
+    except IsADirectoryError:
+        raise ValueError(f"{path}: is a directory, not a JSONL sample file") from None
+    if not records:
+        raise ValueError(f"{path}: no samples (empty file)")
+    return records
 
 
 def _rng(seed: int, key: str) -> random.Random:

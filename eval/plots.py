@@ -22,6 +22,9 @@ def _save_atomic(fig: Figure, path: str | os.PathLike, dpi: int = 120) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    os.fchmod(fd, 0o666 & ~mask)  # mkstemp makes owner-only files; a plot is shared like any output
     os.close(fd)
     try:
         fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight")
