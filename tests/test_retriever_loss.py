@@ -13,6 +13,7 @@ from retriever_helpers import build_tiny_encoder, gather_worker, toy_records
 from train.retriever import MultiPositiveCollator, features_from_batch, text_key
 from train.retriever_losses import (IGNORE, NEGATIVE, POSITIVE, MultiPositiveInfoNCELoss, extend_masks_for_gather,
                                     multi_positive_infonce, pack_labels, unpack_labels)
+from numerics import assert_close_to_scale
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -227,8 +228,11 @@ def test_cached_and_plain_give_the_same_gradients(tiny_model, mini_batch_size):
     g_cached = _grads(tiny_model)
     torch.testing.assert_close(loss_cached, loss_plain, rtol=1e-5, atol=1e-6)
     assert g_plain.keys() == g_cached.keys() and len(g_plain) > 10
+    # Relative to the whole gradient's scale, not elementwise (CPU-dependent summation order) nor per tensor
+    # (the key-bias gradients are exactly zero in exact arithmetic: pure rounding noise in both paths).
+    scale = max(g.abs().max().item() for g in g_plain.values())
     for name in g_plain:
-        torch.testing.assert_close(g_cached[name], g_plain[name], rtol=1e-4, atol=1e-6, msg=name)
+        assert_close_to_scale(g_cached[name], g_plain[name], rel=5e-5, msg=name, scale=scale)
     assert any(g.abs().sum() > 0 for g in g_plain.values())
     tiny_model.zero_grad(set_to_none=True)
 
@@ -291,5 +295,5 @@ def test_gather_across_two_processes_is_exact(tmp_path):
     assert f is not None
     total.backward()
     for r, (lo, hi) in ((0, (0, 3)), (1, (3, 7))):
-        torch.testing.assert_close(out[r]["c_grad"], c_all.grad[lo:hi], rtol=1e-5, atol=1e-6)
-        torch.testing.assert_close(out[r]["q_grad"], q_grads[r].grad, rtol=1e-5, atol=1e-6)
+        assert_close_to_scale(out[r]["c_grad"], c_all.grad[lo:hi], rel=1e-5)
+        assert_close_to_scale(out[r]["q_grad"], q_grads[r].grad, rel=1e-5)
