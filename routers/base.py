@@ -32,6 +32,12 @@ class Router(Protocol):
     def from_pretrained(cls, path: str | os.PathLike, **kwargs) -> "Router": ...
 
 
+# router_type -> the module that registers it: load_router imports it on first use, so a fresh process can
+# load any export without importing the router class first.
+ROUTER_MODULES = {"sufficiency": "routers.sufficiency", "retriever": "routers.retriever",
+                  "memagent": "routers.memagent.router"}
+
+
 def register_router(name: str):
     def wrap(cls):
         cls.router_type = name
@@ -55,18 +61,41 @@ def _read_json_file(file: Path, what: str):
         raise RouterConfigError(f"{file}: cannot be read ({err.strerror or err})") from None
 
 
+def check_schema_version(raw: dict, file: str | os.PathLike) -> int:
+    """The ``schema_version`` of an export's ``router_config.json``: present, an integer, and one this code reads
+    (1..ROUTER_SCHEMA_VERSION); a newer one means the export was written by a newer memroute."""
+    if "schema_version" not in raw:
+        raise RouterConfigError(f"{file}: schema_version missing (not written by memroute?)")
+    version = raw["schema_version"]
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise RouterConfigError(f"{file}: schema_version must be an integer, got {version!r:.80}")
+    if version > ROUTER_SCHEMA_VERSION:
+        raise RouterConfigError(f"{file}: schema_version {version} was written by a newer memroute (this one reads "
+                                f"up to {ROUTER_SCHEMA_VERSION}); upgrade memroute to load it")
+    if version < 1:
+        raise RouterConfigError(f"{file}: schema_version must be >= 1, got {version}")
+    return version
+
+
+def _read_object(file: Path, what: str) -> dict:
+    raw = _read_json_file(file, what)
+    if not isinstance(raw, dict):
+        raise RouterConfigError(f"{file}: expected a JSON object, got {type(raw).__name__}")
+    return raw
+
+
 def read_router_config(path: str | os.PathLike, router_type: str | None = None, config_cls=None) -> dict:
-    """``router_config.json`` of an export, checked: a JSON object, the expected ``router_type``, and (with
-    ``config_cls``) every field the dataclass needs, with the right JSON type. Errors name the file."""
+    """``router_config.json`` of an export, checked: a JSON object, the expected ``router_type``, a
+    ``schema_version`` this code reads, and (with ``config_cls``) every field the dataclass needs, with the right
+    JSON type and (``config_cls.check_values``) a valid value. Errors are RouterConfigError naming the file."""
     from routers.validation import check_fields
 
     path = Path(path)
     file = path / ROUTER_CONFIG
-    raw = _read_json_file(file, "not a router export directory?")
-    if not isinstance(raw, dict):
-        raise RouterConfigError(f"{file}: expected a JSON object, got {type(raw).__name__}")
+    raw = _read_object(file, "not a router export directory?")
     if router_type is not None and raw.get("router_type") != router_type:
-        raise RouterConfigError(f"{file}: router_type is {raw.get('router_type')!r}, expected {router_type!r}")
+        raise RouterConfigError(f"{file}: router_type is {raw.get('router_type')!r:.80}, expected {router_type!r}")
+    check_schema_version(raw, file)
     if config_cls is not None:
         import dataclasses
 
@@ -75,32 +104,59 @@ def read_router_config(path: str | os.PathLike, router_type: str | None = None, 
                    and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
         if missing:
             raise RouterConfigError(f"{file}: missing field(s) {missing}")
-        check_fields({f.name: raw[f.name] for f in fields if f.name in raw}, config_cls, str(file),
-                     error=RouterConfigError)
+        values = {f.name: raw[f.name] for f in fields if f.name in raw}
+        check_fields(values, config_cls, str(file), error=RouterConfigError)
+        check = getattr(config_cls, "check_values", None)
+        if check is not None:
+            try:
+                check(values)
+            except ValueError as err:
+                raise RouterConfigError(f"{file}: {err}") from None
     return raw
 
 
+CALIBRATION_THRESHOLDS = ("threshold", "in_threshold", "end_threshold")
+
+
 def read_calibration(path: str | os.PathLike) -> dict:
-    """``calibration.json`` of an export ({} when absent); ``threshold``, when present, must be a number."""
+    """``calibration.json`` of an export ({} when absent): a JSON object whose thresholds (``threshold``,
+    ``in_threshold``, ``end_threshold``), when present, are finite numbers in [0, 1]."""
+    from routers.validation import probability
+
     file = Path(path) / CALIBRATION
     if not file.exists():
         return {}
-    cal = _read_json_file(file, "calibration")
-    if not isinstance(cal, dict):
-        raise RouterConfigError(f"{file}: expected a JSON object, got {type(cal).__name__}")
-    t = cal.get("threshold")
-    if "threshold" in cal and (isinstance(t, bool) or not isinstance(t, (int, float)) or t != t):
-        raise RouterConfigError(f"{file}: threshold must be a number, got {t!r:.80}")
+    cal = _read_object(file, "calibration")
+    for key in CALIBRATION_THRESHOLDS:
+        if key in cal:
+            try:
+                probability(cal[key], key)
+            except ValueError as err:
+                raise RouterConfigError(f"{file}: {err}") from None
     return cal
 
 
+def router_class(router_type, source: str | os.PathLike | None = None) -> type:
+    """The class registered for ``router_type``, importing its module on first use (see ROUTER_MODULES)."""
+    import importlib
+
+    where = f"{source}: " if source is not None else ""
+    if not isinstance(router_type, str):
+        raise RouterConfigError(f"{where}router_type must be a string, got {router_type!r:.80}")
+    if router_type not in _REGISTRY and router_type in ROUTER_MODULES:
+        importlib.import_module(ROUTER_MODULES[router_type])
+    if router_type not in _REGISTRY:
+        raise RouterConfigError(f"{where}unknown router_type {router_type!r:.80}; known: "
+                                f"{sorted(set(_REGISTRY) | set(ROUTER_MODULES))}")
+    return _REGISTRY[router_type]
+
+
 def load_router(path: str | os.PathLike, **kwargs):
-    """Load any exported router by reading its ``router_config.json``."""
-    cfg = read_router_config(path)
-    kind = cfg.get("router_type")
-    if kind not in _REGISTRY:
-        raise ValueError(f"{path}: unknown router_type {kind!r}; known: {sorted(_REGISTRY)}")
-    return _REGISTRY[kind].from_pretrained(path, **kwargs)
+    """Load any exported router by reading its ``router_config.json`` (the class's ``from_pretrained`` then
+    checks the whole export)."""
+    file = Path(path) / ROUTER_CONFIG
+    raw = _read_object(file, "not a router export directory?")
+    return router_class(raw.get("router_type"), file).from_pretrained(path, **kwargs)
 
 
 def library_versions() -> dict[str, str]:
@@ -200,8 +256,8 @@ def atomic_directory(target: str | os.PathLike, kind: str, protect: tuple = ()):
     target_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target_path.name}.tmp-", dir=target_path.parent))
     try:
-        os.chmod(tmp, 0o777 & ~current_umask())
         yield tmp
+        _apply_umask(tmp)
         check_export_target(target_path, kind, protect)  # still safe after the (possibly long) write
         old = None
         if target_path.exists():
@@ -213,6 +269,20 @@ def atomic_directory(target: str | os.PathLike, kind: str, protect: tuple = ()):
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _apply_umask(root: Path) -> None:
+    """Give the export the modes a plain ``open()`` / ``mkdir`` would: mkdtemp and some libraries' own atomic
+    writes (safetensors) create owner-only entries that a team folder or another account could not read."""
+    mask = current_umask()
+    os.chmod(root, 0o777 & ~mask)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for d in dirnames:
+            os.chmod(os.path.join(dirpath, d), 0o777 & ~mask)
+        for f in filenames:
+            path = os.path.join(dirpath, f)
+            if not os.path.islink(path):
+                os.chmod(path, 0o666 & ~mask)
 
 
 def current_umask() -> int:
