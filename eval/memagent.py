@@ -47,7 +47,7 @@ class MemAgentEvalConfig:
                 "(the environment, agent and providers the routed rollouts rebuild)"})
     output_dir: str = "results/memagent_eval"
     baseline_in_policy: str = field(default="never", metadata={"help": "In policy of the main baseline rows"})
-    max_tasks: int | None = None
+    max_tasks: int | None = field(default=None, metadata={"help": "only the first N complete tasks (N >= 1)"})
     providers: list[str] | None = field(default=None, metadata={
         "help": "provider subset offered to the router; None = every provider explored"})
     compare_base_router: bool = field(default=True, metadata={
@@ -57,6 +57,15 @@ class MemAgentEvalConfig:
         "help": "inject the Begin memories recorded in heldout/tasks.jsonl (exactly what the baseline rollouts "
                 "saw); false = retrieve live from the frozen stores"})
     device: str | None = None
+
+    def __post_init__(self):
+        # plain ValueErrors: parse_config reports them as a ConfigError naming the recipe or the command line
+        if self.max_tasks is not None and self.max_tasks < 1:
+            raise ValueError(f"max_tasks must be >= 1 (got {self.max_tasks}); omit it to evaluate every task")
+        if self.providers is not None and not self.providers:
+            raise ValueError("providers is empty: list a provider subset, or null for every provider explored")
+        if not self.exploration_dir:
+            raise ValueError("exploration_dir is required (the output_dir of `memroute synth forced-exploration`)")
 
 
 def make_parser():
@@ -79,6 +88,27 @@ def _validate_exploration(rec: dict) -> None:
     tokens = rec.get("injected_tokens", 0)
     if not isinstance(tokens, int) or tokens < 0:
         raise ValueError(f"injected_tokens must be a non-negative integer, got {tokens!r}")
+
+
+def _validate_retrieved(rec: dict) -> None:
+    """heldout/tasks.jsonl ``retrieved``: {provider: {"text": str, ...}}."""
+    if not isinstance(rec["task_id"], str) or not rec["task_id"]:
+        raise ValueError("task_id must be a non-empty string")
+    r = rec["retrieved"]
+    if not isinstance(r, dict) or not all(isinstance(v, dict) and isinstance(v.get("text", ""), str)
+                                          for v in r.values()):
+        raise ValueError("retrieved must map each provider to an object with a string 'text'")
+
+
+def _validate_task_record(rec: dict) -> None:
+    """heldout/tasks.jsonl for the offline Begin decisions: a goal and a list of provider previews."""
+    if not isinstance(rec["task_id"], str) or not rec["task_id"]:
+        raise ValueError("task_id must be a non-empty string")
+    if not isinstance(rec["goal"], str):
+        raise ValueError(f"goal must be a string, got {rec['goal']!r:.60}")
+    if not isinstance(rec["previews"], list) or not all(isinstance(p, dict) and "provider" in p
+                                                        for p in rec["previews"]):
+        raise ValueError("previews must be a list of objects with a 'provider'")
 
 
 def load_outcomes(path: str, in_policy: str) -> tuple[dict[str, dict[str | None, dict]], list[str]]:
@@ -111,7 +141,11 @@ def load_outcomes(path: str, in_policy: str) -> tuple[dict[str, dict[str | None,
 def load_all_outcomes(path: str) -> tuple[dict[str, dict], list[str]]:
     """{in_policy: table} for every In policy in the file, and the provider pool (first-seen order)."""
     policies: list[str] = []
-    for rec in read_jsonl(path, required=("in_policy",)):
+    def validate(rec):
+        if not isinstance(rec["in_policy"], str) or not rec["in_policy"]:
+            raise ValueError(f"in_policy must be a non-empty string, got {rec['in_policy']!r:.60}")
+
+    for rec in read_jsonl(path, required=("in_policy",), validate=validate):
         if rec["in_policy"] not in policies:
             policies.append(rec["in_policy"])
     tables, pool = {}, []
@@ -388,16 +422,28 @@ def exploration_config(exploration_dir: str | Path):
     """The ForcedExplorationConfig the held-out records were made with (manifest fingerprint wins)."""
     import json
 
-    import yaml
-
     from data_synthesis.memagent import ForcedExplorationConfig
+    from train.config import ConfigError, load_yaml
 
     d = Path(exploration_dir)
-    raw = yaml.safe_load((d / "resolved_config.yaml").read_text()) if (d / "resolved_config.yaml").exists() else {}
-    if (d / "manifest.json").exists():
-        raw.update(json.loads((d / "manifest.json").read_text()).get("fingerprint", {}))
+    raw = load_yaml(d / "resolved_config.yaml") if (d / "resolved_config.yaml").exists() else {}
+    manifest = d / "manifest.json"
+    if manifest.exists():
+        try:
+            fingerprint = json.loads(manifest.read_text(encoding="utf-8")).get("fingerprint", {})
+        except (ValueError, UnicodeDecodeError) as err:
+            raise ConfigError(f"{manifest}: not valid JSON ({getattr(err, 'msg', type(err).__name__)})") from None
+        except AttributeError:
+            raise ConfigError(f"{manifest}: expected a JSON object") from None
+        if not isinstance(fingerprint, dict):
+            raise ConfigError(f"{manifest}: fingerprint must be a JSON object, got {type(fingerprint).__name__}")
+        raw.update(fingerprint)
     known = ForcedExplorationConfig.__dataclass_fields__
-    return ForcedExplorationConfig(**{k: v for k, v in (raw or {}).items() if k in known})
+    try:
+        return ForcedExplorationConfig(**{k: v for k, v in raw.items() if k in known})
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{d}: the exploration config (resolved_config.yaml + manifest.json) is invalid: "
+                          f"{err}") from None
 
 
 @dataclass
@@ -430,7 +476,7 @@ def build_rollout_context(cfg: MemAgentEvalConfig, pool: Sequence[str]) -> Rollo
     tasks_file = Path(cfg.exploration_dir) / "heldout" / "tasks.jsonl"
     if cfg.reuse_retrieved and tasks_file.exists():
         memories = {r["task_id"]: {n: v.get("text", "") for n, v in r["retrieved"].items()}
-                    for r in read_jsonl(tasks_file, required=("task_id", "retrieved"))}
+                    for r in read_jsonl(tasks_file, required=("task_id", "retrieved"), validate=_validate_retrieved)}
     return RolloutContext(env=env, tasks=env.tasks("heldout"), agent=agent, providers=providers,
                           short_term_factory=lambda: ShortTermMemory(max_words=xcfg.stm_max_words),
                           count_tokens=token_counter(agent), probe=ProviderProbe(providers).probe,
@@ -438,16 +484,32 @@ def build_rollout_context(cfg: MemAgentEvalConfig, pool: Sequence[str]) -> Rollo
 
 
 def main(argv=None) -> dict:
-    from routers.base import library_versions
-    from train.config import parse_config, save_resolved_config
+    from train.config import parse_config
 
     (cfg,) = parse_config(make_parser(), [MemAgentEvalConfig], argv)
+    if not Path(cfg.exploration_dir).is_dir():
+        raise FileNotFoundError(f"exploration_dir {cfg.exploration_dir}: no such directory (the output_dir of "
+                                "`memroute synth forced-exploration`)")
+    records_file = Path(cfg.exploration_dir) / "heldout" / "exploration.jsonl"
+    if not records_file.is_file():
+        raise FileNotFoundError(f"{records_file}: run `memroute synth forced-exploration` with the heldout split first")
+    routed = cfg.router and str(cfg.router).lower() != "none"
+    if routed and not Path(cfg.router).is_dir():
+        raise FileNotFoundError(f"--router {cfg.router}: no such directory (a `memroute export memagent` directory, "
+                                "or --router none for the baseline rows only)")
+    from data_synthesis.jsonl import OutputLock
+
+    with OutputLock(cfg.output_dir):  # routed.jsonl is appended to: one run at a time
+        return _main(cfg, records_file)
+
+
+def _main(cfg: MemAgentEvalConfig, records_file: Path) -> dict:
+    from routers.base import library_versions
+    from train.config import save_resolved_config
+
     out_dir = Path(cfg.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     save_resolved_config(out_dir, cfg)
-    records_file = Path(cfg.exploration_dir) / "heldout" / "exploration.jsonl"
-    if not records_file.exists():
-        raise FileNotFoundError(f"{records_file}: run `memroute synth forced-exploration` with the heldout split first")
     tables, pool = load_all_outcomes(str(records_file))
     if cfg.baseline_in_policy not in tables:
         raise ValueError(f"{records_file}: no records with in_policy={cfg.baseline_in_policy!r}; found {sorted(tables)}")
@@ -457,7 +519,10 @@ def main(argv=None) -> dict:
             raise ValueError(f"providers {unknown} have no exploration records in {records_file}")
         pool = [p for p in pool if p in cfg.providers]
     options: list[str | None] = [None, *pool]
-    order = complete_tasks(tables[cfg.baseline_in_policy], options)[: cfg.max_tasks or None]
+    order = complete_tasks(tables[cfg.baseline_in_policy], options)[: cfg.max_tasks]
+    if not order:
+        raise ValueError(f"{records_file}: no task has in_policy={cfg.baseline_in_policy!r} records for all "
+                         f"{len(options)} options {[option_label(o) for o in options]}")
     tables = {pol: {t: tab[t] for t in order if t in tab} for pol, tab in tables.items()}
     runs = None
     if cfg.router and str(cfg.router).lower() != "none":
@@ -474,7 +539,8 @@ def main(argv=None) -> dict:
     metrics = evaluate(tables[cfg.baseline_in_policy], options, runs)
     tasks_file = Path(cfg.exploration_dir) / "heldout" / "tasks.jsonl"
     if runs is not None and tasks_file.exists():
-        task_records = {r["task_id"]: r for r in read_jsonl(tasks_file, required=("task_id", "goal", "previews"))}
+        task_records = {r["task_id"]: r for r in read_jsonl(tasks_file, required=("task_id", "goal", "previews"),
+                                                            validate=_validate_task_record)}
         todo = [t for t in order if t in task_records]
         table = tables[cfg.baseline_in_policy]
         metrics["begin_offline"] = {"trained": offline_begin(router, task_records, ctx.providers, table, options, todo)}

@@ -171,3 +171,33 @@ def finite_or_none(x):
 
 def scores_to_list(scores: Sequence[float]) -> list[float | None]:
     return [finite_or_none(v) for v in np.asarray(scores, dtype=np.float64).tolist()]
+
+
+# Calibration needs both classes and enough of each: a tau fitted to six positives (precision 1.0 by
+# construction) or to a handful of samples is noise, and written into a router it silently changes every
+# later decision. These are the defaults of ``--min_calibration_samples`` / ``--min_calibration_per_class``.
+MIN_CALIBRATION_SAMPLES = 20
+MIN_CALIBRATION_PER_CLASS = 5
+
+
+def calibration_refusal(labels, scores, min_samples: int = MIN_CALIBRATION_SAMPLES,
+                        min_per_class: int = MIN_CALIBRATION_PER_CLASS) -> str | None:
+    """Why these samples are too few or too one-sided to choose tau from, or None when they will do.
+
+    Counted are the in-budget samples (a NaN score never stops, so it says nothing about where tau goes):
+    at least ``min_samples`` in all and ``min_per_class`` of each label; one class alone is always refused.
+    """
+    y, _, valid = prepare(labels, scores)
+    n_pos, n_neg = int((y[valid] == 1).sum()), int((y[valid] == 0).sum())
+    over = int((~valid).sum())
+    counts = f"{n_pos} positive and {n_neg} negative in-budget samples" + (f" ({over} over budget)" if over else "")
+    if n_pos + n_neg == 0:
+        return f"no in-budget scores: all {over} samples are over the router's input budget"
+    if n_pos == 0 or n_neg == 0:
+        return f"only one class: {counts}; tau needs both sufficient and insufficient samples"
+    if n_pos + n_neg < min_samples:
+        return f"too few samples: {counts}, need at least {min_samples} (--min_calibration_samples)"
+    if min(n_pos, n_neg) < min_per_class:
+        return (f"too few of one class: {counts}, need at least {min_per_class} of each "
+                "(--min_calibration_per_class)")
+    return None

@@ -117,6 +117,35 @@ class ProgressiveEvalConfig:
             raise ConfigError(f"dev_episodes and test_episodes overlap: {sorted(overlap)}")
         if not self.dev_episodes:
             raise ConfigError("give at least one dev episode (test_episodes may be empty for a dev-only run)")
+        for name in ("dev_episodes", "test_episodes"):
+            ids = getattr(self, name)
+            dup = sorted({e for e in ids if ids.count(e) > 1})
+            if dup:
+                raise ConfigError(f"{name}: {dup} listed more than once")
+        # Numeric options, checked when the recipe is read (not after the models load): plain ValueErrors,
+        # which parse_config reports as a ConfigError naming the recipe or the command line.
+        positive = ("top_k", "rag_k", "block_size", "max_blocks", "model_window", "answer_max_new_tokens",
+                    "note_max_new_tokens", "aggregate_max_new_tokens", "batch_size", "http_concurrency")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("neighbours", "max_retries"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 0 <= self.block_overlap < self.block_size:
+            raise ValueError(f"block_overlap must be in [0, block_size) = [0, {self.block_size}), "
+                             f"got {self.block_overlap}")
+        if self.max_questions_per_episode is not None and self.max_questions_per_episode < 1:
+            raise ValueError(f"max_questions_per_episode must be >= 1 (got {self.max_questions_per_episode}); "
+                             "omit it to evaluate every question")
+        if not 0.0 <= self.dense_weight <= 1.0:
+            raise ValueError(f"dense_weight must lie in [0, 1], got {self.dense_weight}")
+        if not self.taus or any(not 0.0 <= t <= 1.0 for t in self.taus):
+            raise ValueError(f"taus must be a non-empty list of thresholds in [0, 1], got {self.taus}")
+        for name in ("http_timeout", "retry_backoff", "max_score_drop"):
+            v = getattr(self, name)
+            if not v >= 0.0 or (name == "http_timeout" and v == 0.0):  # `not >=` also refuses NaN
+                raise ValueError(f"{name} must be {'> 0' if name == 'http_timeout' else '>= 0'}, got {v}")
 
 
 HASHED = ("corpus", "corpus_path", "answer_model", "tokenizer", "encoder", "rag_encoder",
@@ -126,6 +155,19 @@ HASHED = ("corpus", "corpus_path", "answer_model", "tokenizer", "encoder", "rag_
 
 def _is_none(spec) -> bool:
     return spec is None or str(spec).lower() in ("", "none", "null")
+
+
+def check_router_dir(router: str) -> Path:
+    """The trained router's export directory; a missing path or a plain file is one clear error."""
+    from train.config import ConfigError
+
+    path = Path(router)
+    if not path.exists():
+        raise FileNotFoundError(f"--router {router}: no such directory (give a `memroute export sufficiency` "
+                                "directory, or leave --router out for the base router only)")
+    if not path.is_dir():
+        raise ConfigError(f"--router {router}: not a directory (give a router export directory)")
+    return path
 
 
 def _fingerprint(path) -> list | None:
@@ -154,11 +196,14 @@ def _sha(payload) -> str:
 
 def base_router_spec(cfg: ProgressiveEvalConfig) -> str | None:
     """The untrained router's model: router_base, else the trained router's base_model, else the answer model."""
-    from routers.base import ROUTER_CONFIG
+    from routers.base import ROUTER_CONFIG, RouterConfigError, read_router_config
 
     base = cfg.router_base
     if base is None and cfg.router:
-        base = json.loads((Path(cfg.router) / ROUTER_CONFIG).read_text()).get("base_model")
+        base = read_router_config(check_router_dir(cfg.router), "sufficiency").get("base_model")
+        if base is not None and not isinstance(base, str):
+            raise RouterConfigError(f"{Path(cfg.router) / ROUTER_CONFIG}: base_model must be a string, got "
+                                    f"{base!r:.60} (pass --router_base)")
     if base is None:
         base = cfg.answer_model
     return None if _is_none(base) else base
@@ -498,6 +543,12 @@ def select_questions(cfg: ProgressiveEvalConfig, episodes) -> dict[str, list[tup
     for split, ids in (("dev", cfg.dev_episodes), ("test", cfg.test_episodes)):
         cap = cfg.max_questions_per_episode
         out[split] = [(by_id[e], qa) for e in ids for qa in sample_qa(by_id[e], cap, cfg.seed)]
+    if not out["dev"]:
+        raise ValueError(f"dev_episodes {cfg.dev_episodes} of corpus {cfg.corpus!r} hold no questions: nothing "
+                         "to choose tau on")
+    if cfg.test_episodes and not out["test"]:
+        raise ValueError(f"test_episodes {cfg.test_episodes} of corpus {cfg.corpus!r} hold no questions "
+                         "(use --test_episodes none for a dev-only run)")
     return out
 
 
@@ -656,15 +707,25 @@ def run(cfg: ProgressiveEvalConfig, backend=None, routers=None, retriever=None, 
     missing from the cache.
     """
     from data_synthesis.corpora import load_corpus
+    from data_synthesis.jsonl import OutputLock
+    from train.config import save_resolved_config
+
+    episodes = load_corpus(cfg.corpus, cfg.corpus_path)
+    selection = select_questions(cfg, episodes)
+    rids = router_ids(cfg, list(routers) if routers is not None else None)  # checks the router export
+    with OutputLock(cfg.output_dir):  # one run at a time appends to records.jsonl
+        save_resolved_config(cfg.output_dir, cfg)
+        return _run(cfg, selection, rids, backend, routers, retriever, rag_retriever, judge, counter)
+
+
+def _run(cfg: ProgressiveEvalConfig, selection, rids, backend, routers, retriever, rag_retriever, judge,
+         counter) -> dict:
     from routers.base import git_revision, library_versions
     from tqdm.auto import tqdm
 
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    episodes = load_corpus(cfg.corpus, cfg.corpus_path)
-    selection = select_questions(cfg, episodes)
     h = config_hash(cfg)
-    rids = router_ids(cfg, list(routers) if routers is not None else None)
     cache_path = out / "records.jsonl"
     models = _Models(cfg, backend, routers, retriever, rag_retriever, judge, counter)
     failures: dict[str, list[dict]] = {"dev": [], "test": []}
@@ -772,11 +833,10 @@ def make_parser():
 
 def main(argv=None) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from train.config import parse_config, save_resolved_config
+    from train.config import parse_config
 
     (cfg,) = parse_config(make_parser(), [ProgressiveEvalConfig], argv)
-    save_resolved_config(cfg.output_dir, cfg)
-    metrics = run(cfg)
+    metrics = run(cfg)  # writes resolved_config.yaml once it holds the output lock
     print(format_table(metrics["rows"]))
     if metrics["tau_choice_dev"]:
         print({"tau_choice_dev": metrics["tau_choice_dev"], "test_at_dev_tau": metrics["test_at_dev_tau"]})

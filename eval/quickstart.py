@@ -94,13 +94,18 @@ def main(argv=None) -> dict:
     timings["training_s"] = time.perf_counter() - t
 
     t = _stage("3/3 evaluate base vs trained on held-out conversations")
+    # The pipeline deploys the tau calibrated on the held-out conversations: ask for it explicitly (eval
+    # writes into a router only on request, and refuses when the eval split is too small or one-sided).
     metrics = eval_sufficiency.main(["--router", str(out / "router"), "--base_model", cfg.model_name_or_path,
-                                     "--data", str(out / "data" / "eval.jsonl"), "--output_dir", str(out / "eval")])
+                                     "--data", str(out / "data" / "eval.jsonl"), "--output_dir", str(out / "eval"),
+                                     "--write_calibration_to_router", "true"])
     timings["evaluation_s"] = time.perf_counter() - t
     timings["total_s"] = sum(timings.values())
 
     summary = {"config": cfg.__dict__, "timings": timings, "data": {k: stats[k] for k in ("train", "eval")},
                "training": train_info, "metrics_file": str(out / "eval" / "metrics.json"),
+               "calibration_written_to_router": metrics.get("calibration_written_to_router"),
+               "calibration_skipped": metrics.get("calibration_skipped"),
                "plots": [str(out / "eval" / "reliability.png"), str(out / "eval" / "early_termination.png")]}
     atomic_write_json(out / "quickstart_summary.json", summary)
     print(f"\n[memroute quickstart] done in {timings['total_s'] / 60:.1f} min "

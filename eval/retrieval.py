@@ -56,15 +56,31 @@ class RetrievalEvalConfig:
     corpus: str = field(default="locomo", metadata={"help": "locomo or hotpotqa"})
     corpus_path: str | None = field(default=None, metadata={"help": "default: the bundled LoCoMo"})
     eval_episodes: list[str] | None = field(default_factory=lambda: ["conv-26", "conv-30"], metadata={
-        "help": "Held-out episodes (must not be in the retriever's training data); None = all."})
+        "help": "Held-out episodes (must not be in the retriever's training data); None (or 'all') = all."})
     systems: list[str] = field(default_factory=lambda: list(SYSTEMS))
-    ks: list[int] = field(default_factory=lambda: [1, 5, 10])
-    dense_weight: float = field(default=0.5, metadata={"help": "Dense share in the hybrid prefix."})
-    max_queries: int | None = None
+    ks: list[int] = field(default_factory=lambda: [1, 5, 10], metadata={
+        "help": f"Recall@k cutoffs, each in 1..{CUTOFF} (rankings keep the top {CUTOFF})."})
+    dense_weight: float = field(default=0.5, metadata={"help": "Dense share in the hybrid prefix, in [0, 1]."})
+    max_queries: int | None = field(default=None, metadata={"help": "Evaluate only the first N questions (N >= 1)."})
     batch_size: int = 64
     output_dir: str = "results/retriever_eval"
     resume: bool = field(default=True, metadata={
         "help": "Reuse the rankings in output_dir/ranking_cache.jsonl (same encoder, same questions); false re-ranks."})
+
+    def __post_init__(self):
+        # ValueErrors: parse_config turns them into a ConfigError naming the recipe (or the command line)
+        if self.eval_episodes is not None and [e.lower() for e in self.eval_episodes] == ["all"]:
+            self.eval_episodes = None
+        if self.eval_episodes is not None and not self.eval_episodes:
+            raise ValueError("eval_episodes is empty: list the held-out episodes, or 'all' / null for every episode")
+        if not self.ks or any(not 1 <= k <= CUTOFF for k in self.ks):
+            raise ValueError(f"ks must be cutoffs in 1..{CUTOFF} (rankings keep the top {CUTOFF}), got {self.ks}")
+        if not 0.0 <= self.dense_weight <= 1.0:
+            raise ValueError(f"dense_weight must lie in [0, 1], got {self.dense_weight}")
+        if self.max_queries is not None and self.max_queries < 1:
+            raise ValueError(f"max_queries must be >= 1 (got {self.max_queries}); omit it to evaluate every question")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
 
 
 # -- metrics -----------------------------------------------------------------------------------------------
@@ -120,11 +136,16 @@ def _load_episodes(cfg: RetrievalEvalConfig):
 
     stats = LoadStats()
     episodes = load_corpus(cfg.corpus, cfg.corpus_path, stats=stats)
-    if cfg.eval_episodes:
+    if cfg.eval_episodes is not None:
         missing = sorted(set(cfg.eval_episodes) - {e.episode_id for e in episodes})
         if missing:
-            raise ValueError(f"eval_episodes {missing} not found in {cfg.corpus}")
+            ids = sorted(e.episode_id for e in episodes)
+            raise ValueError(f"eval_episodes {missing} not found in {cfg.corpus} {cfg.corpus_path or '(bundled)'} "
+                             f"(it has {ids[:12]}{' ...' if len(ids) > 12 else ''})")
         episodes = [e for e in episodes if e.episode_id in set(cfg.eval_episodes)]
+    if not any(ep.qa for ep in episodes):
+        raise ValueError(f"{cfg.corpus} {cfg.corpus_path or '(bundled)'}: the selected episodes "
+                         f"{[e.episode_id for e in episodes][:12]} hold no questions to evaluate")
     return episodes, stats
 
 
@@ -141,7 +162,7 @@ def evaluate_systems(cfg: RetrievalEvalConfig, episodes, encoders: Mapping[str, 
     from routers.memory.retrieval import HybridRetriever
 
     pairs = [(ep, qa) for ep in episodes for qa in ep.qa]
-    if cfg.max_queries:
+    if cfg.max_queries is not None:
         pairs = pairs[: cfg.max_queries]
     if not pairs:
         raise ValueError("no questions to evaluate")
@@ -262,18 +283,34 @@ def machine_info() -> dict:
 
 
 def run(cfg: RetrievalEvalConfig, encoders: Mapping[str, object] | None = None) -> dict:
-    """Evaluate and write every output file; returns the metrics.json content."""
-    from routers.base import git_revision, library_versions
-    from routers.models import load_encoder
+    """Evaluate and write every output file; returns the metrics.json content. The output directory is
+    locked for the run (a second run into it fails at once instead of appending to the same cache)."""
+    from data_synthesis.jsonl import OutputLock
 
+    cfg.__post_init__()  # a config edited after construction is checked again
     unknown = [s for s in cfg.systems if s not in SYSTEMS]
     if unknown or not cfg.systems:
         from train.config import ConfigError
 
         raise ConfigError(f"systems: unknown {unknown}; choose from {list(SYSTEMS)}")
+    trained = cfg.trained_encoder
+    if (encoders is None and trained and trained.lower() != "none"
+            and any(s in cfg.systems for s in ("trained", "hybrid_trained")) and not Path(trained).exists()):
+        raise FileNotFoundError(f"trained_encoder {trained} does not exist (train one, or pass --trained_encoder none)")
+    episodes, load_stats = _load_episodes(cfg)  # bad corpus / episode ids fail before the lock and any model
+    with OutputLock(cfg.output_dir):
+        from train.config import save_resolved_config
+
+        save_resolved_config(cfg.output_dir, cfg)
+        return _run(cfg, encoders, episodes, load_stats)
+
+
+def _run(cfg: RetrievalEvalConfig, encoders, episodes, load_stats) -> dict:
+    from routers.base import git_revision, library_versions
+    from routers.models import load_encoder
+
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    episodes, load_stats = _load_episodes(cfg)
     identities: dict[str, str | None] = {}
     if encoders is None:
         from eval.score_cache import model_identity
@@ -337,11 +374,10 @@ def make_parser():
 
 def main(argv=None) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from train.config import parse_config, save_resolved_config
+    from train.config import parse_config
 
     (cfg,) = parse_config(make_parser(), [RetrievalEvalConfig], argv)
-    save_resolved_config(cfg.output_dir, cfg)
-    report = run(cfg)
+    report = run(cfg)  # writes resolved_config.yaml once it holds the output lock
     print(metrics_csv(report["systems"], [f"recall@{k}" for k in cfg.ks] + [f"mrr@{CUTOFF}", f"ndcg@{CUTOFF}"]))
     print({"deltas_recall@5": report["deltas_recall@5"], "targets": report["targets"]})
     return report

@@ -9,8 +9,13 @@
 * ``score_cache.jsonl``: every score as soon as its batch is done, keyed by model identity + sample id
   + input hash (eval/score_cache.py): a killed evaluation rerun with the same command scores only
   what is missing and ends with the same files as an uninterrupted run (``--resume false``: rescore);
-* ``calibration.json`` (also into the router export unless ``--no_write_calibration_to_router``);
+* ``calibration.json`` when the data can calibrate tau (both classes, at least ``--min_calibration_samples``
+  in-budget samples and ``--min_calibration_per_class`` of each; otherwise calibration is skipped, the
+  reason recorded in metrics.json and printed). It goes into the router export only with
+  ``--write_calibration_to_router true`` (its threshold then becomes the router's default tau);
 * ``reliability.png``, ``early_termination.png``, ``resolved_config.yaml``.
+
+The output directory is locked for the life of the run (a second run into it fails at once).
 
 ``calibrate_main`` re-derives ``calibration.json`` from a ``scores.jsonl`` without any model.
 """
@@ -31,7 +36,8 @@ from pathlib import Path
 import numpy as np
 
 from data_synthesis.jsonl import RecordError, atomic_write_json, atomic_write_text, read_jsonl
-from eval.metrics import DEFAULT_TAUS, binary_metrics, calibrate_threshold, finite_or_none, threshold_metrics
+from eval.metrics import (DEFAULT_TAUS, MIN_CALIBRATION_PER_CLASS, MIN_CALIBRATION_SAMPLES, binary_metrics,
+                          calibrate_threshold, calibration_refusal, finite_or_none, threshold_metrics)
 from train.config import ConfigError, make_arg_parser, parse_config, save_resolved_config
 
 REQUIRED_FIELDS = ("id", "question", "context", "label")
@@ -54,13 +60,30 @@ class SufficiencyEvalConfig:
         "help": "Calibrate tau for this stop-precision (max early termination subject to it)."})
     target_early_termination: float | None = field(default=None, metadata={
         "help": "Calibrate tau for this early-termination rate instead (takes precedence when set)."})
-    max_samples: int | None = field(default=None, metadata={"help": "Evaluate only the first N records."})
+    max_samples: int | None = field(default=None, metadata={"help": "Evaluate only the first N records (N >= 1)."})
     batch_size: int = field(default=8, metadata={"help": "Scoring batch size."})
-    write_calibration_to_router: bool = field(default=True, metadata={
-        "help": "Also write calibration.json into the router export (its threshold becomes the default tau)."})
+    write_calibration_to_router: bool = field(default=False, metadata={
+        "help": "Also write calibration.json into the router export (its threshold becomes the router's default "
+                "tau). Off by default: an eval on a small or skewed slice must not change the deployed tau."})
+    min_calibration_samples: int = field(default=MIN_CALIBRATION_SAMPLES, metadata={
+        "help": "Calibrate tau only from at least this many in-budget samples (else calibration is skipped)."})
+    min_calibration_per_class: int = field(default=MIN_CALIBRATION_PER_CLASS, metadata={
+        "help": "... and at least this many of each label (one class alone is always refused)."})
     resume: bool = field(default=True, metadata={
         "help": "Reuse the per-sample scores in output_dir/score_cache.jsonl (same model, same sample text); "
                 "false rescores everything."})
+
+    def __post_init__(self):
+        _check_common(self)
+        if self.max_samples is not None and self.max_samples < 1:
+            raise ValueError(f"max_samples must be >= 1 (got {self.max_samples}); omit it to evaluate every record")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if not self.taus:
+            raise ValueError("taus must list at least one threshold in [0, 1]")
+        bad = [t for t in self.taus if not 0.0 <= t <= 1.0]
+        if bad:
+            raise ValueError(f"taus must lie in [0, 1], got {bad}")
 
 
 @dataclass
@@ -72,11 +95,35 @@ class CalibrateConfig:
     target_precision: float | None = field(default=0.9, metadata={"help": "Target stop-precision."})
     target_early_termination: float | None = field(default=None, metadata={
         "help": "Target early-termination rate (takes precedence when set)."})
+    min_calibration_samples: int = field(default=MIN_CALIBRATION_SAMPLES, metadata={
+        "help": "Refuse to calibrate from fewer in-budget samples than this."})
+    min_calibration_per_class: int = field(default=MIN_CALIBRATION_PER_CLASS, metadata={
+        "help": "Refuse to calibrate with fewer of either label than this (one class alone is always refused)."})
+
+    def __post_init__(self):
+        _check_common(self)
+
+
+def _check_common(cfg) -> None:
+    """Targets and calibration minimums, checked when the options are read (not after scoring). A plain
+    ValueError: ``parse_config`` turns it into a ConfigError naming the recipe (or the command line)."""
+    for name in ("target_precision", "target_early_termination"):
+        v = getattr(cfg, name)
+        if v is not None and not 0.0 <= v <= 1.0:  # also refuses NaN
+            raise ValueError(f"{name} must lie in [0, 1], got {v}")
+    if cfg.min_calibration_samples < 2:
+        raise ValueError(f"min_calibration_samples must be >= 2, got {cfg.min_calibration_samples}")
+    if cfg.min_calibration_per_class < 1:
+        raise ValueError(f"min_calibration_per_class must be >= 1, got {cfg.min_calibration_per_class}")
 
 
 def make_parser():
-    return make_arg_parser([SufficiencyEvalConfig], prog="memroute eval-sufficiency",
-                           description="Evaluate a sufficiency router against its untrained base model.")
+    parser = make_arg_parser([SufficiencyEvalConfig], prog="memroute eval sufficiency",
+                             description="Evaluate a sufficiency router against its untrained base model.")
+    # The option used to default to true, with this flag to turn it off: scripts that pass it keep working.
+    parser.add_argument("--no_write_calibration_to_router", "--no-write-calibration-to-router", action="store_false",
+                        dest="write_calibration_to_router", help="The default: leave the router's calibration alone.")
+    return parser
 
 
 def make_calibrate_parser():
@@ -85,31 +132,27 @@ def make_calibrate_parser():
 
 
 # -- helpers -------------------------------------------------------------------------------------------
-def _label_validator():
-    seen: set = set()
-
-    def validate(rec: dict) -> None:
-        if isinstance(rec["label"], bool) or rec["label"] not in (0, 1):
-            raise ValueError(f"label must be 0 or 1, got {rec['label']!r}")
-        if not isinstance(rec["question"], str) or not isinstance(rec["context"], str):
-            raise ValueError("question and context must be strings")
-        if rec["id"] in seen:
-            raise ValueError(f"duplicate id {rec['id']!r}")
-        seen.add(rec["id"])
-
-    return validate
-
-
 def load_eval_records(path: str | os.PathLike, max_samples: int | None = None) -> list[dict]:
-    """Eval records in file order (the first ``max_samples`` when set); RecordError names file:line."""
-    records = []
-    for rec in read_jsonl(path, required=REQUIRED_FIELDS, validate=_label_validator()):
-        records.append(rec)
-        if max_samples is not None and len(records) >= max_samples:
-            break
-    if not records:
-        raise ValueError(f"{path}: no eval records")
-    return records
+    """Eval records in file order (the first ``max_samples`` when set), read by the one sample reader
+    (``data_synthesis.sufficiency.read_samples``): RecordError names file:line, an empty file is an error."""
+    from data_synthesis.sufficiency import read_samples
+
+    if max_samples is not None and max_samples < 1:
+        raise ValueError(f"max_samples must be >= 1, got {max_samples}")
+    return read_samples(path, max_samples, required=REQUIRED_FIELDS)
+
+
+def check_router_dir(router: str, option: str = "--router") -> dict:
+    """The router export's checked ``router_config.json`` (errors name the directory or the file)."""
+    from routers.base import read_router_config
+
+    path = Path(router)
+    if not path.exists():
+        raise FileNotFoundError(f"{option} {router}: no such directory (give a `memroute export sufficiency` "
+                                "directory, or leave the option out)")
+    if not path.is_dir():
+        raise ConfigError(f"{option} {router}: not a directory (give a router export directory)")
+    return read_router_config(path, "sufficiency")
 
 
 def _calibrate(labels, scores, target_precision, target_early_termination) -> dict | None:
@@ -213,28 +256,39 @@ def format_table(models: dict) -> str:
 
 # -- entry points --------------------------------------------------------------------------------------
 def main(argv=None) -> dict:
+    from data_synthesis.jsonl import OutputLock
+
     (cfg,) = parse_config(make_parser(), [SufficiencyEvalConfig], argv)
     if not cfg.data:
         raise ConfigError("--data (an eval JSONL) is required")
     base_model = cfg.base_model
-    if base_model is None and cfg.router:
-        from routers.base import ROUTER_CONFIG
-
-        base_model = json.loads((Path(cfg.router) / ROUTER_CONFIG).read_text()).get("base_model")
+    if cfg.router:
+        router_config = check_router_dir(cfg.router)  # before any model loads: a bad export fails in seconds
         if base_model is None:
-            print(f"[eval] {cfg.router}/{ROUTER_CONFIG} names no base_model: skipping the base comparison",
-                  file=sys.stderr)
+            base_model = router_config.get("base_model")
+            if base_model is None:
+                print(f"[eval] {cfg.router}/router_config.json names no base_model: skipping the base comparison",
+                      file=sys.stderr)
+            elif not isinstance(base_model, str):
+                raise ConfigError(f"{cfg.router}/router_config.json: base_model must be a string, got "
+                                  f"{base_model!r:.60} (pass --base_model)")
     if isinstance(base_model, str) and base_model.lower() == "none":
         base_model = None
     if not cfg.router and not base_model:
         raise ConfigError("nothing to evaluate: give --router and/or --base_model")
+    if cfg.write_calibration_to_router and not cfg.router:
+        raise ConfigError("--write_calibration_to_router true needs --router (the export to write it into)")
+    records = load_eval_records(cfg.data, cfg.max_samples)  # bad data fails before the lock and any model
+    with OutputLock(cfg.output_dir):
+        return _run(cfg, base_model, records)
 
+
+def _run(cfg: SufficiencyEvalConfig, base_model: str | None, records: list[dict]) -> dict:
     from routers.base import git_revision, library_versions
     from routers.sufficiency import SufficiencyRouter
 
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    records = load_eval_records(cfg.data, cfg.max_samples)
     labels = np.array([int(r["label"]) for r in records], dtype=np.int64)
 
     from eval.score_cache import ResultCache, model_identity, score_field
@@ -263,7 +317,15 @@ def main(argv=None) -> dict:
     cache.close()
 
     primary = TRAINED if TRAINED in scores else BASE
-    calibration = _calibrate(labels, scores[primary], cfg.target_precision, cfg.target_early_termination)
+    calibration, skipped = None, None
+    if cfg.target_precision is not None or cfg.target_early_termination is not None:
+        skipped = calibration_refusal(labels, scores[primary], cfg.min_calibration_samples,
+                                      cfg.min_calibration_per_class)
+        if skipped is None:
+            calibration = _calibrate(labels, scores[primary], cfg.target_precision, cfg.target_early_termination)
+    else:
+        skipped = "no calibration target (target_precision and target_early_termination are both unset)"
+    written_to_router = False
     if calibration is not None:
         calibration.update({"model": primary, "data": str(cfg.data), "created_by": "eval.sufficiency"})
         atomic_write_json(out / "calibration.json", calibration)
@@ -271,6 +333,13 @@ def main(argv=None) -> dict:
             from routers.base import CALIBRATION
 
             atomic_write_json(Path(cfg.router) / CALIBRATION, calibration)
+            written_to_router = True
+    else:
+        (out / "calibration.json").unlink(missing_ok=True)  # a stale one from an earlier run would mislead
+        print(f"[eval] calibration skipped: {skipped}", file=sys.stderr)
+        if cfg.write_calibration_to_router:
+            print(f"[eval] WARNING: --write_calibration_to_router was asked for, but NOTHING was written into "
+                  f"{cfg.router}: {skipped}. The router keeps its current tau.", file=sys.stderr)
 
     lines = []
     for i, r in enumerate(records):
@@ -289,7 +358,8 @@ def main(argv=None) -> dict:
         "schema_version": 1, "task": "sufficiency_eval", "config": dataclasses.asdict(cfg),
         "resolved_base_model": base_model, "versions": library_versions(), "git_revision": git_revision(),
         "machine": machine_info(), "n_samples": len(records), "n_positive": int(labels.sum()),
-        "models": models, "calibration": calibration,
+        "models": models, "calibration": calibration, "calibration_skipped": skipped,
+        "calibration_written_to_router": written_to_router,
         "files": {"scores": "scores.jsonl", "calibration": "calibration.json" if calibration else None,
                   "reliability": "reliability.png", "early_termination": "early_termination.png",
                   "resolved_config": resolved.name},
@@ -297,19 +367,31 @@ def main(argv=None) -> dict:
     atomic_write_json(out / "metrics.json", metrics)
     print(format_table(models))
     if calibration is not None:
+        where = f"written into {cfg.router}" if written_to_router else \
+            "not written into the router (--write_calibration_to_router true to do so)"
         print(f"calibrated tau={calibration['threshold']:.4f} ({calibration['method']}, reachable="
               f"{calibration['reachable']}): precision={calibration['precision']}, "
-              f"early termination={calibration['early_termination_rate']:.3f}")
+              f"early termination={calibration['early_termination_rate']:.3f}; {where}")
+    else:
+        print(f"calibration skipped: {skipped}")
     return metrics
 
 
 def calibrate_main(argv=None) -> dict:
-    """``memroute calibrate --scores scores.jsonl --output router/calibration.json [--score_field trained]``."""
+    """``memroute calibrate --scores scores.jsonl --output router/calibration.json [--score_field trained]``.
+
+    Refuses (ValueError naming the scores file, nothing written) when the rows hold one class only or fewer
+    than ``--min_calibration_samples`` in-budget rows / ``--min_calibration_per_class`` of either label."""
     (cfg,) = parse_config(make_calibrate_parser(), [CalibrateConfig], argv)
     if not cfg.scores or not cfg.output:
         raise ConfigError("--scores and --output are required")
     if cfg.target_precision is None and cfg.target_early_termination is None:
         raise ConfigError("give --target_precision or --target_early_termination")
+    if Path(cfg.output).is_dir():
+        raise ConfigError(f"--output {cfg.output} is a directory; give the file to write, e.g. "
+                          f"{Path(cfg.output) / 'calibration.json'}")
+    if not Path(cfg.output).parent.is_dir():
+        raise FileNotFoundError(f"--output {cfg.output}: directory {Path(cfg.output).parent} does not exist")
 
     def validate(rec):
         if isinstance(rec["label"], bool) or rec["label"] not in (0, 1):
@@ -320,11 +402,20 @@ def calibrate_main(argv=None) -> dict:
         if v is not None and not math.isnan(v) and not 0.0 <= v <= 1.0:
             raise ValueError(f"{cfg.score_field} must lie in [0, 1] (or be null for over-budget prompts), got {v!r}")
 
-    recs = list(read_jsonl(cfg.scores, required=("label", cfg.score_field), validate=validate))
+    try:
+        recs = list(read_jsonl(cfg.scores, required=("label", cfg.score_field), validate=validate))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"--scores {cfg.scores}: file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"--scores {cfg.scores}: is a directory (give the scores.jsonl of an eval)") from None
     if not recs:
         raise RecordError(cfg.scores, 0, "no records")
     labels = np.array([int(r["label"]) for r in recs], dtype=np.int64)
     s = np.array([math.nan if r[cfg.score_field] is None else float(r[cfg.score_field]) for r in recs])
+    refused = calibration_refusal(labels, s, cfg.min_calibration_samples, cfg.min_calibration_per_class)
+    if refused is not None:
+        raise ValueError(f"{cfg.scores}: calibration refused, {refused} ({cfg.score_field!r} scores); "
+                         f"nothing written to {cfg.output}")
     calibration = _calibrate(labels, s, cfg.target_precision, cfg.target_early_termination)
     calibration.update({"model": cfg.score_field, "data": str(cfg.scores), "created_by": "eval.sufficiency.calibrate"})
     atomic_write_json(cfg.output, calibration)

@@ -159,7 +159,8 @@ def test_sufficiency_eval_end_to_end(tmp_path, tiny_llama_dir, capsys):
 
     metrics = main(["--router", str(export), "--base_model", tiny_llama_dir, "--data", str(data),
                     "--output_dir", str(out), "--taus", "0.3", "0.5", "0.7", "--batch_size", "3",
-                    "--target_early_termination", "0.25"])
+                    "--target_early_termination", "0.25", "--write_calibration_to_router", "true",
+                    "--min_calibration_samples", "7", "--min_calibration_per_class", "3"])  # 4 + 3 in budget
 
     for name in ("metrics.json", "scores.jsonl", "calibration.json", "reliability.png", "early_termination.png",
                  "resolved_config.yaml"):
@@ -188,7 +189,8 @@ def test_sufficiency_eval_end_to_end(tmp_path, tiny_llama_dir, capsys):
     assert "AUROC" in capsys.readouterr().out
 
     cal2 = calibrate_main(["--scores", str(out / "scores.jsonl"), "--output", str(tmp_path / "c.json"),
-                           "--score_field", "base", "--target_precision", "0.0"])
+                           "--score_field", "base", "--target_precision", "0.0", "--min_calibration_samples", "8",
+                           "--min_calibration_per_class", "4"])
     assert cal2["tau"] == pytest.approx(min(r["base"] for r in rows)) and cal2["early_termination_rate"] == 1.0
     assert json.loads((tmp_path / "c.json").read_text())["model"] == "base"
 
@@ -211,9 +213,9 @@ def test_eval_reads_base_from_router_and_names_bad_line(tmp_path, tiny_llama_dir
         main(["--router", str(export), "--data", str(data), "--output_dir", str(tmp_path / "o")])
     data.write_text("".join(json.dumps(r) + "\n" for r in recs))
     m = main(["--router", str(export), "--data", str(data), "--output_dir", str(tmp_path / "o"),
-              "--max_samples", "3", "--no_write_calibration_to_router"])
+              "--max_samples", "3"])
     assert m["resolved_base_model"] == tiny_llama_dir and m["n_samples"] == 3
     assert set(m["models"]) == {"base", "trained"}
     assert json.loads((export / "calibration.json").read_text()) == {"threshold": 0.5}  # untouched
-    assert m["calibration"]["method"] == "max_early_termination_at_precision"
+    assert m["calibration"] is None and "too few samples" in m["calibration_skipped"]  # 3 samples: refused
     assert not math.isnan(m["models"]["trained"]["brier"])

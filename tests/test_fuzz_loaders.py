@@ -339,7 +339,8 @@ def test_fuzz_calibrate_reads_scores(data, fuzz_dir):
     path = _write(fuzz_dir, "scores.jsonl", data)
     out = fuzz_dir / "cal.json"
     cal = load_or_clear_error(lambda p: calibrate_main(["--scores", str(p), "--output", str(out),
-                                                        "--target_precision", "0.5"]), path)
+                                                        "--target_precision", "0.5", "--min_calibration_samples", "2",
+                                                        "--min_calibration_per_class", "1"]), path)
     if cal is not None:
         assert json.loads(out.read_text())["threshold"] == cal["threshold"]
 

@@ -421,7 +421,8 @@ def test_config_hash_tracks_settings_and_retrained_weights(tmp_path):
     router = tmp_path / "router"
     router.mkdir()
     (router / "model.safetensors").write_bytes(b"v1")
-    (router / "router_config.json").write_text(json.dumps({"base_model": "base-id"}))
+    (router / "router_config.json").write_text(json.dumps({"schema_version": 1, "router_type": "sufficiency",
+                                                          "base_model": "base-id"}))
     cfg = _cfg(tmp_path, router=str(router))
     h, ids = ev.config_hash(cfg), ev.router_ids(cfg)
     assert set(ids) == {"base", "trained"}

@@ -21,3 +21,8 @@ def test_quickstart_end_to_end_tiny(tiny_llama_dir, tmp_path, capsys):
     assert (out / "eval" / "early_termination.png").stat().st_size > 0
     assert "AUROC" in capsys.readouterr().out
     assert metrics["n_samples"] == 12 and set(metrics["models"]) == {"base", "trained"}
+    # the quickstart asks for the calibration to be written into its router, but 12 samples are too few:
+    # refused, said so, and the export keeps the tau it was saved with
+    assert summary["calibration_written_to_router"] is False and "too few samples" in summary["calibration_skipped"]
+    assert json.loads((out / "router" / "calibration.json").read_text()) == {"threshold": 0.5}
+    assert metrics["config"]["write_calibration_to_router"] is True
