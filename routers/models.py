@@ -16,10 +16,14 @@ import importlib.util
 import json
 import os
 import shutil
+import sys
 import tempfile
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Protocol, Sequence, runtime_checkable
@@ -110,11 +114,23 @@ def resolve_encoder(name_or_path: str) -> str:
     return name_or_path
 
 
+def check_local_model_path(name_or_path: str | None, what: str = "model") -> None:
+    """A value written as a local path (absolute, ./, ../, ~) must exist: otherwise transformers takes it
+    for a Hub id and fails with 'Repo id must be in the form ...'."""
+    if not name_or_path:
+        raise ValueError(f"{what} is empty")
+    text = str(name_or_path)
+    looks_local = os.path.isabs(text) or text.startswith(("./", "../", "~", ".\\", "..\\")) or text in (".", "..")
+    if looks_local and not os.path.exists(os.path.expanduser(text)):
+        raise FileNotFoundError(f"{what} {text}: directory does not exist")
+
+
 def load_causal_lm(name_or_path: str, dtype=None, device=None):
     """Load (model, tokenizer) for any alias, HF id or local path."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check_local_model_path(name_or_path)
     path = resolve_causal_lm(name_or_path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -125,11 +141,30 @@ def load_causal_lm(name_or_path: str, dtype=None, device=None):
     return model, tokenizer
 
 
-def load_encoder(name_or_path: str = DEFAULT_ENCODER, device=None):
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from sentence_transformers import SentenceTransformer
+@contextmanager
+def hub_offline_default():
+    """``HF_HUB_OFFLINE=1`` unless the user set it, for the duration of the block only: the process
+    environment is restored afterwards (child processes and later Hub calls see what the user set).
 
-    return SentenceTransformer(resolve_encoder(name_or_path), device=device)
+    huggingface_hub reads the variable once, when it is first imported; a first import inside the block
+    therefore still makes that process offline (as before), but the environment itself is not changed."""
+    key = "HF_HUB_OFFLINE"
+    if key in os.environ:
+        yield
+        return
+    os.environ[key] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop(key, None)
+
+
+def load_encoder(name_or_path: str = DEFAULT_ENCODER, device=None):
+    check_local_model_path(name_or_path, "encoder")
+    with hub_offline_default():
+        from sentence_transformers import SentenceTransformer
+
+        return SentenceTransformer(resolve_encoder(name_or_path), device=device)
 
 
 def default_device() -> str:
@@ -272,6 +307,44 @@ class TransformersBackend:
         return out
 
 
+LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
+_warned_hosts: set[str] = set()
+_warn_lock = threading.Lock()
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its user:password part (the name of a backend shows up in logs and errors)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def is_local_host(host: str | None) -> bool:
+    return bool(host) and (host.lower() in LOCAL_HOSTS or host.startswith("127.") or host.lower().endswith(".localhost"))
+
+
+def warn_if_key_sent_in_clear(base_url: str) -> bool:
+    """Warn once per host (stderr) that an API key goes in clear text over plain http to a non-local host.
+    Returns whether this call warned. The key itself is never printed."""
+    parts = urllib.parse.urlsplit(base_url)
+    host = parts.hostname or ""
+    if parts.scheme != "http" or is_local_host(host):
+        return False
+    with _warn_lock:
+        if host in _warned_hosts:
+            return False
+        _warned_hosts.add(host)
+    print(f"[memroute] warning: sending the API key ($OPENAI_API_KEY or api_key) in clear text over plain http to "
+          f"{host}; use https, a local server, or unset the key for a server that does not need one",
+          file=sys.stderr)
+    return True
+
+
 @dataclass
 class OpenAICompatibleBackend:
     """Client for an OpenAI-compatible ``/v1/chat/completions`` server (vLLM, SGLang, ...).
@@ -283,7 +356,7 @@ class OpenAICompatibleBackend:
 
     model: str
     base_url: str = "http://localhost:8000/v1"
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never in a repr, log line or error message
     timeout: float = 60.0
     max_retries: int = 3
     backoff: float = 1.0
@@ -292,14 +365,23 @@ class OpenAICompatibleBackend:
     name: str = field(init=False)
 
     def __post_init__(self):
-        self.name = f"openai:{self.model}@{self.base_url}"
+        parts = urllib.parse.urlsplit(self.base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            # urllib would also open file:// and ftp:// URLs
+            raise ValueError(f"openai backend: base_url must be an http(s) URL, got {redact_url(self.base_url)!r}")
+        self.name = f"openai:{self.model}@{redact_url(self.base_url)}"
+
+    def _api_key(self) -> str | None:
+        return self.api_key or os.environ.get("OPENAI_API_KEY") or None
 
     def _post(self, payload: dict) -> dict:
+        key = self._api_key()
+        if key:
+            warn_if_key_sent_in_clear(self.base_url)
         req = urllib.request.Request(
             self.base_url.rstrip("/") + "/chat/completions",
             data=json.dumps(payload).encode(),
-            headers={"Content-Type": "application/json",
-                     "Authorization": f"Bearer {self.api_key or os.environ.get('OPENAI_API_KEY', 'EMPTY')}"},
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {key or 'EMPTY'}"},
         )
         last: Exception | None = None
         for attempt in range(self.max_retries + 1):
@@ -313,7 +395,12 @@ class OpenAICompatibleBackend:
                     break  # a client error will not go away by retrying
                 if attempt < self.max_retries:
                     time.sleep(self.backoff * (2 ** attempt))
-        raise RuntimeError(f"{self.name}: request failed after {self.max_retries + 1} attempts: {last}")
+        raise RuntimeError(self._scrub(f"{self.name}: request failed after {self.max_retries + 1} attempts: {last}"))
+
+    def _scrub(self, text: str) -> str:
+        """``text`` with the API key masked (a server may echo request headers back in an error body)."""
+        key = self._api_key()
+        return text.replace(key, "***") if key and len(key) >= 4 else text
 
     def _complete(self, conv, max_new_tokens: int) -> str:
         data = self._post({"model": self.model, "messages": list(conv), "max_tokens": max_new_tokens,
@@ -321,7 +408,7 @@ class OpenAICompatibleBackend:
         try:
             return (data["choices"][0]["message"]["content"] or "").strip()
         except (KeyError, IndexError, TypeError):
-            raise RuntimeError(f"{self.name}: malformed response {str(data)[:200]}") from None
+            raise RuntimeError(self._scrub(f"{self.name}: malformed response {str(data)[:200]}")) from None
 
     def _map(self, fn, conversations: list) -> list:
         workers = min(max(1, self.concurrency), len(conversations))
@@ -346,10 +433,10 @@ class OpenAICompatibleBackend:
             reply = json.loads(data["choices"][0]["message"]["content"])
             values = {f: str(reply[f]) for f in fields}
         except (KeyError, IndexError, TypeError, ValueError):
-            raise RuntimeError(f"{self.name}: reply does not follow the form schema: {str(data)[:200]}") from None
+            raise RuntimeError(self._scrub(f"{self.name}: reply does not follow the form schema: {str(data)[:200]}")) from None
         bad = {f: v for f, v in values.items() if v not in choices}
         if bad:
-            raise RuntimeError(f"{self.name}: form values outside {list(choices)}: {bad}")
+            raise RuntimeError(self._scrub(f"{self.name}: form values outside {list(choices)}: {bad}"))
         return values
 
     def fill_form(self, conversations, fields: Sequence[str], choices: Sequence[str]) -> list[dict[str, str]]:

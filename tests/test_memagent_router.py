@@ -743,19 +743,21 @@ def test_exploration_to_sft_to_eval_end_to_end(tmp_path, tiny_llama_dir, monkeyp
 def test_broken_exports_fail_naming_the_file(tmp_path):
     import json
 
+    from routers.base import RouterConfigError
     from routers.memagent.router import MemAgentRouter
 
-    with pytest.raises(FileNotFoundError, match=r"router_config\.json: missing"):
+    # the same reader and error type as the other routers (RouterConfigError, a ValueError naming the file)
+    with pytest.raises(RouterConfigError, match=r"router_config\.json: missing"):
         MemAgentRouter.from_pretrained(tmp_path)
     (tmp_path / "router_config.json").write_text('{"router_type": "sufficiency"}')
-    with pytest.raises(ValueError, match=r"router_config\.json: router_type is 'sufficiency'"):
+    with pytest.raises(RouterConfigError, match=r"router_config\.json: router_type is 'sufficiency'"):
         MemAgentRouter.from_pretrained(tmp_path)
     (tmp_path / "router_config.json").write_text('{"router_type": "memagent"')
-    with pytest.raises(ValueError, match=r"router_config\.json: invalid JSON"):
+    with pytest.raises(RouterConfigError, match=r"router_config\.json: invalid JSON"):
         MemAgentRouter.from_pretrained(tmp_path)
-    (tmp_path / "router_config.json").write_text('{"router_type": "memagent"}')
+    (tmp_path / "router_config.json").write_text('{"router_type": "memagent", "schema_version": 1}')
     (tmp_path / "calibration.json").write_text(json.dumps({"end_threshold": "high"}))
-    with pytest.raises(ValueError, match="end_threshold must be a number"):
+    with pytest.raises(RouterConfigError, match=r"calibration\.json: end_threshold must be a number"):
         MemAgentRouter.from_pretrained(tmp_path)
 
 

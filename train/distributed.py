@@ -65,3 +65,109 @@ def resolve_attn_implementation(requested: str | None) -> str | None:
     if torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None:
         return "flash_attention_2"
     return None
+
+
+# -- start-time checks shared by the trainers ---------------------------------------------------------
+# Everything below runs before a model is loaded, so a bad option, data file or export target fails in
+# seconds instead of after the (possibly long) model load or training run.
+
+def option_problems(checks) -> list[str]:
+    """The messages of the ``(ok, message)`` pairs that failed."""
+    return [msg for ok, msg in checks if not ok]
+
+
+def raise_option_problems(problems: list[str]) -> None:
+    """One ValueError listing every bad option (``parse_config`` prefixes the recipe / command line)."""
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def _finite(x) -> bool:
+    import math
+
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def positive_int(value, name: str, allow_none: bool = False, minimum: int = 1) -> tuple[bool, str]:
+    if value is None and allow_none:
+        return True, ""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+    return ok, f"{name} must be an integer >= {minimum}{' or null' if allow_none else ''}, got {value!r}"
+
+
+def number_in(value, name: str, low: float | None = None, high: float | None = None, allow_none: bool = False,
+              low_open: bool = False, high_open: bool = False) -> tuple[bool, str]:
+    """``(ok, message)`` for a finite number in [low, high] (open ends with ``low_open`` / ``high_open``)."""
+    if value is None and allow_none:
+        return True, ""
+    ok = _finite(value)
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    lo = "" if low is None else f"{'>' if low_open else '>='} {low:g}"
+    hi = "" if high is None else f"{'<' if high_open else '<='} {high:g}"
+    rng = " and ".join(p for p in (lo, hi) if p) or "finite"
+    return ok, f"{name} must be a number {rng}{' or null' if allow_none else ''}, got {value!r}"
+
+
+def training_argument_checks(args) -> list[tuple[bool, str]]:
+    """Checks of the TrainingArguments options every trainer shares (batch sizes, learning rate, ...)."""
+    return [
+        positive_int(args.per_device_train_batch_size, "per_device_train_batch_size"),
+        positive_int(args.gradient_accumulation_steps, "gradient_accumulation_steps"),
+        number_in(args.learning_rate, "learning_rate", low=0),
+        number_in(args.weight_decay, "weight_decay", low=0),
+        number_in(args.max_grad_norm, "max_grad_norm", low=0, allow_none=True),
+        number_in(getattr(args, "max_train_minutes", None), "max_train_minutes", low=0, allow_none=True),
+    ]
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """sha256 of a file's bytes (the data a run trained on, for the run fingerprint)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# TrainingArguments options that change what a run learns (not logging, saving, export or duration:
+# max_steps / num_train_epochs may grow on resume to train further).
+FINGERPRINT_TRAINING_ARGS = ("learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps",
+                             "warmup_ratio", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon",
+                             "max_grad_norm", "optim", "per_device_train_batch_size", "gradient_accumulation_steps",
+                             "seed", "data_seed")
+
+
+def run_fingerprint(cfg, keys, files: dict | None = None) -> dict:
+    """The settings a resumed run must share with the run that wrote its checkpoints: ``keys`` of ``cfg``,
+    the shared TrainingArguments options above, and each data file's absolute path and sha256."""
+    out = {k: getattr(cfg, k, None) for k in (*keys, *FINGERPRINT_TRAINING_ARGS)}
+    for name, path in (files or {}).items():
+        if path is None or str(path).lower() == "none":
+            out[name] = None
+            continue
+        out[name] = os.path.abspath(path)
+        out[f"{name}_sha256"] = file_digest(path) if os.path.isfile(path) else None
+    return out
+
+
+def check_model_path(name_or_path: str | None, what: str = "model_name_or_path") -> None:
+    """A value written as a local path must exist (see :func:`routers.models.check_local_model_path`)."""
+    from routers.models import check_local_model_path
+
+    check_local_model_path(name_or_path, what)
+
+
+def check_start(cfg, kind: str, resume: str | None, fingerprint: dict, protect: tuple = ()) -> None:
+    """Before anything is loaded: the export target is safe (never the output_dir, a checkpoint or an
+    adapter being read), and a resumed run keeps the settings it started with (``run_fingerprint.json``)."""
+    from routers.base import check_export_target
+    from train.checkpoints import check_run_fingerprint
+
+    if getattr(cfg, "export_dir", None):
+        check_export_target(cfg.export_dir, kind, protect=(cfg.output_dir, *[p for p in protect if p]))
+    check_run_fingerprint(cfg.output_dir, fingerprint, resuming=resume is not None, what=f"{kind} training run")

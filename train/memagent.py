@@ -26,7 +26,9 @@ from trl import SFTConfig, SFTTrainer
 from data_synthesis.jsonl import atomic_write_json, read_jsonl
 from routers.memagent import prompts as P
 from routers.models import DEFAULT_CAUSAL_LM
-from train.checkpoints import time_budget_callback
+from train.checkpoints import check_resume_value, last_complete_checkpoint, time_budget_callback
+from train.distributed import (check_model_path, check_start, number_in, option_problems, positive_int,
+                               raise_option_problems, run_fingerprint, training_argument_checks)
 
 PHASES = ("begin", "in", "end")
 ROLES = {"system", "user", "assistant"}
@@ -68,6 +70,40 @@ class MemAgentSFTConfig(SFTConfig):
     save_total_limit: int | None = 2
     learning_rate: float = 2e-4
     per_device_train_batch_size: int = 4
+
+    def __post_init__(self):
+        # Impossible values and conflicts fail at parse time, before any model or data is loaded.
+        check_resume_value(self.resume)
+        raise_option_problems(option_problems([
+            *training_argument_checks(self),
+            (any(phase_file(f) for f in (self.begin_file, self.in_file, self.end_file)),
+             "begin_file, in_file and end_file are all 'none': nothing to train on"),
+            positive_int(self.max_begin_samples, "max_begin_samples", allow_none=True, minimum=0),
+            positive_int(self.max_in_samples, "max_in_samples", allow_none=True, minimum=0),
+            positive_int(self.max_end_samples, "max_end_samples", allow_none=True, minimum=0),
+            number_in(self.min_reward, "min_reward", allow_none=True),
+            positive_int(self.lora_r, "lora_r"),
+            number_in(self.lora_alpha, "lora_alpha", low=0, low_open=True),
+            number_in(self.lora_dropout, "lora_dropout", low=0, high=1, high_open=True),
+            (bool(self.lora_target_modules), "lora_target_modules must not be empty"),
+            number_in(self.in_threshold, "in_threshold", low=0, high=1),
+            number_in(self.end_threshold, "end_threshold", low=0, high=1),
+            positive_int(self.router_max_input_tokens, "router_max_input_tokens"),
+            positive_int(self.max_length, "max_length", allow_none=True),
+        ]))
+        super().__post_init__()
+
+
+def phase_file(value) -> str | None:
+    """A phase file option: None / '' / 'none' leave the phase out."""
+    return None if not value or str(value).lower() == "none" else str(value)
+
+
+# What a resumed run must share with the run that wrote its checkpoints (plus the TrainingArguments
+# optimisation options and each phase file's path and sha256).
+FINGERPRINT_KEYS = ("model_name_or_path", "max_begin_samples", "max_in_samples", "max_end_samples", "min_reward",
+                    "use_lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "max_length",
+                    "completion_only_loss", "shuffle_dataset")
 
 
 def _check_messages(messages, what: str) -> None:
@@ -133,20 +169,47 @@ def phase_rows(path: str, phase: str, min_reward: float | None = None) -> tuple[
     return rows, dict(stats)
 
 
-def build_rows(cfg: MemAgentSFTConfig, tokenizer) -> tuple[list[dict], dict]:
-    """Mix the phase files: validate, canonicalize, cap per phase, drop over-length samples, shuffle."""
+def phase_files(cfg: MemAgentSFTConfig) -> dict[str, str]:
+    """{phase: file} of the phases in use (a phase whose file is None / 'none' is left out)."""
+    files = {"begin": cfg.begin_file, "in": cfg.in_file, "end": cfg.end_file}
+    return {ph: phase_file(f) for ph, f in files.items() if phase_file(f)}
+
+
+def read_phases(cfg: MemAgentSFTConfig) -> dict[str, tuple[list[dict], dict]]:
+    """Read and validate every phase file (no tokenizer needed): the trainer calls this before it loads the
+    model, so a missing, empty or malformed file fails in seconds. A file given but empty, or whose every
+    record is below ``min_reward``, is an error, not a phase silently left out."""
+    out = {}
+    for phase, path in phase_files(cfg).items():
+        if not Path(path).exists():
+            raise FileNotFoundError(f"{phase}_file {path}: file not found")
+        if Path(path).is_dir():
+            raise ValueError(f"{phase}_file {path}: is a directory, not a JSONL file")
+        rows, stats = phase_rows(path, phase, cfg.min_reward)
+        if not stats.get("records"):
+            raise ValueError(f"{phase}_file {path}: no records (empty file); pass --{phase}_file none to leave "
+                             "the phase out")
+        if not rows:
+            raise ValueError(f"{phase}_file {path}: all {stats['records']} records dropped ({stats}); lower "
+                             f"min_reward or pass --{phase}_file none to leave the phase out")
+        out[phase] = (rows, stats)
+    return out
+
+
+def build_rows(cfg: MemAgentSFTConfig, tokenizer, phases: dict | None = None) -> tuple[list[dict], dict]:
+    """Mix the phase files: validate, canonicalize, cap per phase, drop over-length samples, shuffle.
+    ``phases`` is :func:`read_phases`' result when the caller already read the files."""
     from routers.memagent.router import chat_ids
 
-    files = {"begin": cfg.begin_file, "in": cfg.in_file, "end": cfg.end_file}
+    files = phase_files(cfg)
     caps = {"begin": cfg.max_begin_samples, "in": cfg.max_in_samples, "end": cfg.max_end_samples}
+    phases = read_phases(cfg) if phases is None else phases
     rng = random.Random(cfg.seed)
     mixed, summary = [], {}
     for phase in PHASES:
-        if not files[phase] or str(files[phase]).lower() == "none":  # a phase can be left out
+        if phase not in phases:  # a phase can be left out
             continue
-        if not Path(files[phase]).exists():
-            raise FileNotFoundError(f"{phase} file not found: {files[phase]}")
-        rows, stats = phase_rows(files[phase], phase, cfg.min_reward)
+        rows, stats = list(phases[phase][0]), phases[phase][1]
         rng.shuffle(rows)
         kept, too_long = [], 0
         for row in rows:
@@ -157,11 +220,14 @@ def build_rows(cfg: MemAgentSFTConfig, tokenizer) -> tuple[list[dict], dict]:
                 too_long += 1
                 continue
             kept.append(row)
+        if rows and not kept and caps[phase] != 0:
+            raise ValueError(f"{phase}_file {files[phase]}: all {len(rows)} samples are longer than "
+                             f"max_length={cfg.max_length} tokens; raise max_length")
         labels = Counter(r["completion"][0]["content"] for r in kept)
         summary[phase] = {**stats, "samples": len(kept), "skipped_too_long": too_long, "labels": dict(labels)}
         mixed.extend(kept)
     if not mixed:
-        raise ValueError(f"no usable training samples in {[f for f in files.values() if f]}")
+        raise ValueError(f"no usable training samples in {list(files.values())}")
     rng.shuffle(mixed)
     return mixed, summary
 
@@ -213,19 +279,35 @@ def build_model(cfg: MemAgentSFTConfig):
 
 
 def resolve_resume(cfg: MemAgentSFTConfig) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
+    """An explicit resume_from_checkpoint, else (resume: auto) the newest *complete* checkpoint in output_dir
+    (one killed while saving is skipped rather than crashing the resume)."""
+    check_resume_value(cfg.resume)
     if cfg.resume_from_checkpoint:
+        if not Path(cfg.resume_from_checkpoint).is_dir():
+            raise FileNotFoundError(f"resume_from_checkpoint {cfg.resume_from_checkpoint}: directory does not exist")
         return cfg.resume_from_checkpoint
     if cfg.resume == "auto" and Path(cfg.output_dir).is_dir():
-        return get_last_checkpoint(cfg.output_dir)
+        return last_complete_checkpoint(cfg.output_dir)
     return None
 
 
-def build_trainer(cfg: MemAgentSFTConfig):
+def prepare_run(cfg: MemAgentSFTConfig) -> tuple[dict, str | None]:
+    """Everything that can fail on user input without a model: the phase files (read and validated), the
+    model path, the export target, and the checkpoint to resume with its fingerprint."""
+    check_model_path(cfg.model_name_or_path)
+    phases = read_phases(cfg)
+    resume = resolve_resume(cfg)
+    files = {f"{ph}_file": phase_file(f) for ph, f in (("begin", cfg.begin_file), ("in", cfg.in_file),
+                                                         ("end", cfg.end_file))}
+    check_start(cfg, "memagent", resume, run_fingerprint(cfg, FINGERPRINT_KEYS, files), protect=(resume,))
+    return phases, resume
+
+
+def build_trainer(cfg: MemAgentSFTConfig, phases: dict | None = None):
     """(SFTTrainer, mixed rows, per-phase counts): model + LoRA, data, TRL's tokenization and label masks."""
+    phases = read_phases(cfg) if phases is None else phases
     model, tokenizer = build_model(cfg)
-    rows, per_phase = build_rows(cfg, tokenizer)
+    rows, per_phase = build_rows(cfg, tokenizer, phases)
     trainer = SFTTrainer(model=model, args=cfg, train_dataset=make_dataset(rows), processing_class=tokenizer)
     return trainer, rows, per_phase
 
@@ -250,9 +332,9 @@ def main(argv=None):
     from train.config import parse_config, save_resolved_config
 
     (cfg,) = parse_config(make_parser(), [MemAgentSFTConfig], argv)
-    trainer, rows, per_phase = build_trainer(cfg)
+    phases, resume = prepare_run(cfg)
+    trainer, rows, per_phase = build_trainer(cfg, phases)
     tokenizer = trainer.processing_class
-    resume = resolve_resume(cfg)
     if trainer.is_world_process_zero():
         save_resolved_config(cfg.output_dir, cfg)
         counts = ", ".join(f"{k} {v['samples']} (of {v.get('records', 0)} records; {v['skipped_too_long']} too long)"
@@ -296,22 +378,25 @@ class MemAgentExportConfig:
     end_threshold: float = 0.5
     max_input_tokens: int = 4096
 
+    def __post_init__(self):
+        from train.export import check_threshold_options
+
+        check_threshold_options(in_threshold=self.in_threshold, end_threshold=self.end_threshold,
+                                max_input_tokens=self.max_input_tokens)
+
 
 def export_main(argv=None):
     """``memroute export memagent --checkpoint DIR --export_dir OUT``: merge a checkpoint into a router."""
-    import json
-
     from routers.memagent.router import MemAgentRouter, default_model_card
     from train.config import make_arg_parser, parse_config
-    from train.export import load_checkpoint
+    from train.export import check_export_start, load_checkpoint, read_training_summary
 
     parser = make_arg_parser([MemAgentExportConfig], prog="memroute export memagent",
                              description="Merge a MemAgent SFT checkpoint into a router directory.")
     (cfg,) = parse_config(parser, [MemAgentExportConfig], argv)
+    check_export_start(cfg, "memagent")  # before the model loads: checkpoint exists, target is safe
+    training = read_training_summary(cfg.checkpoint)
     model, tok, base = load_checkpoint(cfg.checkpoint, cfg.base_model)
-    summary = Path(cfg.checkpoint) / "train_summary.json"
-    training = ({k: v for k, v in json.loads(summary.read_text()).items() if k != "log_history"}
-                if summary.exists() else None)
     router = MemAgentRouter.from_model(model.float(), tok, in_threshold=cfg.in_threshold, end_threshold=cfg.end_threshold,
                                        max_input_tokens=cfg.max_input_tokens, base_model=base,
                                        provider_names=list((training or {}).get("provider_names") or []))

@@ -43,8 +43,10 @@ from sentence_transformers.sentence_transformer.data_collator import SentenceTra
 
 from data_synthesis.jsonl import atomic_write_json
 from routers.models import DEFAULT_ENCODER
-from train.checkpoints import last_complete_checkpoint, time_budget_callback
-from train.distributed import check_world_size, cpu_ddp_defaults, warn_if_fsdp_ignored
+from train.checkpoints import check_resume_value, last_complete_checkpoint, time_budget_callback
+from train.distributed import (check_model_path, check_start, check_world_size, cpu_ddp_defaults, number_in,
+                               option_problems, positive_int, raise_option_problems, run_fingerprint,
+                               training_argument_checks, warn_if_fsdp_ignored)
 from train.retriever_losses import IGNORE, POSITIVE, MultiPositiveInfoNCELoss, pack_labels
 
 DATA_COLUMNS = ("query", "positives", "negatives", "positive_kinds")
@@ -78,6 +80,30 @@ class RetrieverTrainingConfig(SentenceTransformerTrainingArguments):
     logging_steps: int = 10
     save_steps: int = 50
     save_total_limit: int | None = 2
+
+    def __post_init__(self):
+        # Impossible values fail at parse time, before the encoder or the data is loaded.
+        check_resume_value(self.resume)
+        raise_option_problems(option_problems([
+            *training_argument_checks(self),
+            positive_int(self.max_train_samples, "max_train_samples", allow_none=True),
+            (isinstance(self.positives_per_query, int), f"positives_per_query must be an integer (<= 0: all), "
+                                                        f"got {self.positives_per_query!r}"),
+            (isinstance(self.negatives_per_query, int), f"negatives_per_query must be an integer (< 0: all), "
+                                                        f"got {self.negatives_per_query!r}"),
+            number_in(self.temperature, "temperature", low=0, low_open=True),
+            positive_int(self.mini_batch_size, "mini_batch_size", allow_none=True),
+            positive_int(self.candidate_chunk_size, "candidate_chunk_size", allow_none=True, minimum=0),
+            positive_int(self.max_seq_length, "max_seq_length", allow_none=True),
+        ]))
+        super().__post_init__()
+
+
+# What a resumed run must share with the run that wrote its checkpoints (plus the TrainingArguments
+# optimisation options and the train file's path and sha256). GradCache (mini_batch_size) and the
+# candidate chunking change memory and padding only, not what is learnt.
+FINGERPRINT_KEYS = ("model_name_or_path", "max_train_samples", "positives_per_query", "negatives_per_query",
+                    "temperature", "gather_across_devices", "other_positives_in_denominator", "max_seq_length")
 
 
 def text_key(text: str) -> int:
@@ -194,26 +220,40 @@ class RetrieverTrainer(SentenceTransformerTrainer):
 
 
 def load_model(name_or_path: str, max_seq_length: int | None = None, device: str | None = None):
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from sentence_transformers import SentenceTransformer
+    from routers.models import load_encoder
 
-    from routers.models import resolve_encoder
-
-    model = SentenceTransformer(resolve_encoder(name_or_path), device=device)
+    model = load_encoder(name_or_path, device=device)
     if max_seq_length:
         model.max_seq_length = max_seq_length
     return model
 
 
-def build_dataset(cfg: RetrieverTrainingConfig):
+def build_dataset(cfg_or_records):
+    """A ``datasets.Dataset`` of the training records (a config's ``train_file``, or records already read)."""
     from datasets import Dataset
 
-    from data_synthesis.retriever import read_retriever_records
-
-    recs = read_retriever_records(cfg.train_file, cfg.max_train_samples)
+    recs = read_records(cfg_or_records) if hasattr(cfg_or_records, "train_file") else cfg_or_records
     return Dataset.from_list([{"query": r["query"], "positives": r["positives"], "negatives": r["negatives"],
                                "positive_kinds": r.get("positive_kinds") or ["step"] * len(r["positives"])}
                               for r in recs])
+
+
+def read_records(cfg: RetrieverTrainingConfig) -> list[dict]:
+    """The training records, read and validated (before any model is loaded)."""
+    from data_synthesis.retriever import read_retriever_records
+
+    path = cfg.train_file
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"train_file {path}: file not found")
+    if os.path.isdir(path):
+        raise ValueError(f"train_file {path}: is a directory, not a JSONL file")
+    recs = read_retriever_records(path, cfg.max_train_samples)
+    for n, r in enumerate(recs, start=1):
+        kinds = r.get("positive_kinds")
+        if kinds is not None and (not isinstance(kinds, list) or len(kinds) != len(r["positives"])):
+            raise ValueError(f"{path}: record #{n} (id {r.get('id')!r:.60}): positive_kinds must be a list with one "
+                             f"kind per positive ({len(r['positives'])}), got {kinds!r:.80}")
+    return recs
 
 
 def make_loss(model, cfg: RetrieverTrainingConfig) -> MultiPositiveInfoNCELoss:
@@ -223,12 +263,13 @@ def make_loss(model, cfg: RetrieverTrainingConfig) -> MultiPositiveInfoNCELoss:
 
 
 def resolve_resume(cfg: RetrieverTrainingConfig) -> str | None:
+    check_resume_value(cfg.resume)
     if cfg.resume_from_checkpoint:
+        if not os.path.isdir(cfg.resume_from_checkpoint):
+            raise FileNotFoundError(f"resume_from_checkpoint {cfg.resume_from_checkpoint}: directory does not exist")
         return cfg.resume_from_checkpoint
     if cfg.resume == "auto" and os.path.isdir(cfg.output_dir):
         return last_complete_checkpoint(cfg.output_dir)
-    if cfg.resume not in ("auto", "never"):
-        raise ValueError(f"resume must be 'auto' or 'never', got {cfg.resume!r}")
     return None
 
 
@@ -261,9 +302,14 @@ def main(argv=None):
     cpu_ddp_defaults(parser)
     (cfg,) = parse_config(parser, [RetrieverTrainingConfig], argv)
     set_seed(cfg.seed)
+    # Data, paths, export target and resume fingerprint first: they fail in seconds, the encoder load does not.
+    check_model_path(cfg.model_name_or_path)
+    recs = read_records(cfg)
     resume = resolve_resume(cfg)
+    check_start(cfg, "retriever", resume, run_fingerprint(cfg, FINGERPRINT_KEYS, {"train_file": cfg.train_file}),
+                protect=(resume,))
+    dataset = build_dataset(recs)
     model = load_model(cfg.model_name_or_path, cfg.max_seq_length)
-    dataset = build_dataset(cfg)
     trainer = RetrieverTrainer(model=model, args=cfg, train_dataset=dataset, loss=make_loss(model, cfg))
     check_world_size(trainer.args)
     warn_if_fsdp_ignored(trainer)
@@ -300,29 +346,32 @@ class RetrieverExportConfig:
     base_model: str | None = field(default=None, metadata={"help": "recorded in router_config; default from resolved_config.yaml"})
     temperature: float | None = None
 
+    def __post_init__(self):
+        raise_option_problems(option_problems([number_in(self.temperature, "temperature", low=0, low_open=True,
+                                                         allow_none=True)]))
+
 
 def export_main(argv=None):
-    import json
-
-    import yaml
-
-    from train.config import make_arg_parser, parse_config
+    from train.config import load_yaml, make_arg_parser, parse_config
+    from train.export import check_export_start, read_training_summary
 
     parser = make_arg_parser([RetrieverExportConfig], prog="memroute export retriever",
                              description="Export a retriever checkpoint as a RetrieverRouter directory.")
     (cfg,) = parse_config(parser, [RetrieverExportConfig], argv)
+    check_export_start(cfg, "retriever")  # before the encoder loads: checkpoint exists, target is safe
     ckpt = Path(cfg.checkpoint)
-    base, temp = cfg.base_model, cfg.temperature
+    base, temp, source = cfg.base_model, cfg.temperature, "--temperature"
     for resolved in (ckpt / "resolved_config.yaml", ckpt.parent / "resolved_config.yaml"):
         if resolved.exists():
-            data = yaml.safe_load(resolved.read_text()) or {}
+            data = load_yaml(resolved)
             base = base or data.get("model_name_or_path")
-            temp = temp if temp is not None else data.get("temperature")
+            if temp is None:
+                temp, source = data.get("temperature"), str(resolved)
             break
-    training = None
-    summary = ckpt / "train_summary.json"
-    if summary.exists():
-        training = {k: v for k, v in json.loads(summary.read_text()).items() if k != "log_history"}
+    ok, msg = number_in(temp, f"{source}: temperature", low=0, low_open=True, allow_none=True)
+    if not ok:
+        raise ValueError(msg)
+    training = read_training_summary(ckpt)
     model = load_model(str(ckpt))
     router = export_retriever(model, base or str(ckpt), cfg.export_dir, training, temperature=temp)
     print(f"[memroute] exported {cfg.checkpoint} -> {cfg.export_dir}")

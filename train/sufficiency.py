@@ -20,13 +20,15 @@ from pathlib import Path
 import torch
 from transformers import Trainer, TrainingArguments
 
-from data_synthesis.jsonl import atomic_write_json, read_jsonl
-from data_synthesis.sufficiency import SAMPLE_FIELDS, validate_sample
+from data_synthesis.jsonl import atomic_write_json
+from data_synthesis.sufficiency import read_samples
 from routers.models import DEFAULT_CAUSAL_LM
 from routers.sufficiency import (NO_WORDS, YES_WORDS, build_prompt, last_token_logits, left_pad, padding_safe_mask,
                                  verbalizer_ids)
-from train.checkpoints import last_complete_checkpoint, time_budget_callback
-from train.distributed import check_world_size, cpu_ddp_defaults, warn_if_fsdp_ignored, resolve_attn_implementation
+from train.checkpoints import check_resume_value, last_complete_checkpoint, time_budget_callback
+from train.distributed import (check_model_path, check_start, check_world_size, cpu_ddp_defaults, number_in,
+                               option_problems, positive_int, raise_option_problems, resolve_attn_implementation,
+                               run_fingerprint, training_argument_checks, warn_if_fsdp_ignored)
 from train.losses import GroupedTokenLoss, RepresentationDistillationLoss
 
 
@@ -74,14 +76,53 @@ class SufficiencyTrainingConfig(TrainingArguments):
     learning_rate: float = 2e-4
     per_device_train_batch_size: int = 4
 
+    def __post_init__(self):
+        # Conflicts and impossible values fail at parse time, before any model or data is loaded.
+        check_resume_value(self.resume)
+        problems = option_problems([
+            *training_argument_checks(self),
+            positive_int(self.max_length, "max_length"),
+            positive_int(self.max_train_samples, "max_train_samples", allow_none=True),
+            positive_int(self.lora_r, "lora_r"),
+            number_in(self.lora_alpha, "lora_alpha", low=0, low_open=True),
+            number_in(self.lora_dropout, "lora_dropout", low=0, high=1, high_open=True),
+            (bool(self.lora_target_modules), "lora_target_modules must not be empty"),
+            number_in(self.lambda_rep, "lambda_rep", low=0),
+            number_in(self.s0, "s0", low=0, low_open=True, allow_none=True),
+            number_in(self.threshold, "threshold", low=0, high=1),
+            positive_int(self.router_max_input_tokens, "router_max_input_tokens"),
+            (self.use_lora or not self.init_adapter, "init_adapter needs use_lora: true"),
+            (self.use_lora or not self.lambda_rep or bool(self.teacher_model_name_or_path),
+             "lambda_rep > 0 (distillation) needs use_lora: true (the teacher is the base model with its adapters "
+             "off) or a separate teacher_model_name_or_path; pass --lambda_rep 0 to fine-tune without it"),
+        ])
+        raise_option_problems(problems)
+        super().__post_init__()
+
+
+# What a resumed run must share with the run that wrote its checkpoints (plus the TrainingArguments
+# optimisation options and the train file's path and sha256; see train.distributed.run_fingerprint).
+FINGERPRINT_KEYS = ("model_name_or_path", "max_train_samples", "max_length", "use_lora", "lora_r", "lora_alpha",
+                    "lora_dropout", "lora_target_modules", "init_adapter", "lambda_rep", "rep_layer", "s0",
+                    "teacher_model_name_or_path", "padding_safe_mask")
+
 
 class SufficiencyDataset(torch.utils.data.Dataset):
-    """Tokenized student prompts (question + context) and teacher prompts (+ rationale)."""
+    """Tokenized student prompts (question + context) and teacher prompts (+ rationale).
 
-    def __init__(self, path: str, tokenizer, max_length: int, max_samples: int | None = None, teacher_tokenizer=None):
+    ``data`` is a sample file (read and validated with :func:`data_synthesis.sufficiency.read_samples`) or
+    the records it returned: the trainer reads them before loading the model, so bad data fails fast.
+    """
+
+    def __init__(self, data, tokenizer, max_length: int, max_samples: int | None = None, teacher_tokenizer=None,
+                 source: str | None = None):
         teacher_tokenizer = teacher_tokenizer or tokenizer
+        if isinstance(data, (str, os.PathLike)):
+            path, records = str(data), read_samples(data)
+        else:
+            path, records = source or "training samples", list(data)
         self.items, self.skipped_too_long = [], 0
-        for rec in read_jsonl(path, required=SAMPLE_FIELDS, validate=validate_sample):
+        for rec in records:
             student = tokenizer.encode(build_prompt(tokenizer, rec["question"], rec["context"]), add_special_tokens=False)
             if len(student) > max_length:
                 self.skipped_too_long += 1
@@ -225,18 +266,19 @@ def build_model(cfg: SufficiencyTrainingConfig):
     # Seed before the LoRA adapters are created: Trainer only seeds in its __init__, after their
     # random init, so without this the same config trains a different router on every run.
     set_seed(cfg.seed)
+    if cfg.init_adapter:
+        if not cfg.use_lora:
+            raise ValueError("init_adapter needs use_lora: true")
+        if not (Path(cfg.init_adapter) / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"init_adapter {cfg.init_adapter}: no adapter_config.json (expected a LoRA output_dir)")
     model, tokenizer = load_causal_lm(cfg.model_name_or_path)
     model.config.use_cache = False
     attn = resolve_attn_implementation(cfg.attn_implementation)
     if attn:
         model.set_attn_implementation(attn)
     if cfg.init_adapter:
-        if not cfg.use_lora:
-            raise ValueError("init_adapter needs use_lora: true")
         from peft import PeftModel
 
-        if not (Path(cfg.init_adapter) / "adapter_config.json").is_file():
-            raise FileNotFoundError(f"init_adapter {cfg.init_adapter}: no adapter_config.json (expected a LoRA output_dir)")
         model = PeftModel.from_pretrained(model, cfg.init_adapter, is_trainable=True)
     elif cfg.use_lora:
         from peft import LoraConfig, get_peft_model
@@ -259,6 +301,8 @@ def lora_summary(model) -> dict | None:
 
 def resolve_resume(cfg: SufficiencyTrainingConfig) -> str | None:
     if cfg.resume_from_checkpoint:
+        if not os.path.isdir(cfg.resume_from_checkpoint):
+            raise FileNotFoundError(f"resume_from_checkpoint {cfg.resume_from_checkpoint}: directory does not exist")
         return cfg.resume_from_checkpoint
     if cfg.resume == "auto" and os.path.isdir(cfg.output_dir):
         return last_complete_checkpoint(cfg.output_dir)
@@ -278,6 +322,21 @@ def export_router(model, tokenizer, cfg: SufficiencyTrainingConfig, export_dir: 
     return router
 
 
+def prepare_run(cfg: SufficiencyTrainingConfig) -> tuple[list[dict], str | None]:
+    """Everything that can fail on user input without a model: the samples (read and validated), the
+    local model / adapter paths, the export target, and the checkpoint to resume with its fingerprint."""
+    check_model_path(cfg.model_name_or_path)
+    if cfg.teacher_model_name_or_path:
+        check_model_path(cfg.teacher_model_name_or_path, "teacher_model_name_or_path")
+    if cfg.init_adapter and not (Path(cfg.init_adapter) / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"init_adapter {cfg.init_adapter}: no adapter_config.json (expected a LoRA output_dir)")
+    records = read_samples(cfg.train_file)
+    resume = resolve_resume(cfg)
+    check_start(cfg, "sufficiency", resume, run_fingerprint(cfg, FINGERPRINT_KEYS, {"train_file": cfg.train_file}),
+                protect=(cfg.init_adapter, resume))
+    return records, resume
+
+
 def make_parser():
     from train.config import make_arg_parser
 
@@ -291,6 +350,7 @@ def main(argv=None):
     parser = make_parser()
     cpu_ddp_defaults(parser)
     (cfg,) = parse_config(parser, [SufficiencyTrainingConfig], argv)
+    records, resume = prepare_run(cfg)
     model, tokenizer = build_model(cfg)
     yes_ids, no_ids = verbalizer_ids(tokenizer, YES_WORDS), verbalizer_ids(tokenizer, NO_WORDS)
     teacher = None
@@ -300,11 +360,15 @@ def main(argv=None):
 
         teacher, teacher_tokenizer = load_causal_lm(cfg.teacher_model_name_or_path)
         teacher.eval().requires_grad_(False)
-    dataset = SufficiencyDataset(cfg.train_file, tokenizer, cfg.max_length, cfg.max_train_samples, teacher_tokenizer)
+    dataset = SufficiencyDataset(records, tokenizer, cfg.max_length, cfg.max_train_samples, teacher_tokenizer,
+                                 source=cfg.train_file)
     rep_layer = cfg.rep_layer if cfg.rep_layer is not None else default_rep_layer(model)
+    n_states = model.config.num_hidden_layers + 1  # hidden_states: embeddings + one per layer
+    if cfg.lambda_rep > 0 and not -n_states <= rep_layer < n_states:
+        raise ValueError(f"rep_layer {rep_layer} is out of range for {cfg.model_name_or_path} "
+                         f"({n_states} hidden states: -{n_states}..{n_states - 1})")
     s0 = cfg.s0
     scale_file = Path(cfg.output_dir) / "distill_scale.json"
-    resume = resolve_resume(cfg)
     if s0 is None and resume and scale_file.exists():
         s0 = json.loads(scale_file.read_text())["s0"]
     trainer = SufficiencyTrainer(model=model, args=cfg, train_dataset=dataset,
