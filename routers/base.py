@@ -141,6 +141,8 @@ def router_class(router_type, source: str | os.PathLike | None = None) -> type:
     import importlib
 
     where = f"{source}: " if source is not None else ""
+    if router_type is None:
+        raise RouterConfigError(f"{where}router_type missing (not a router export?)")
     if not isinstance(router_type, str):
         raise RouterConfigError(f"{where}router_type must be a string, got {router_type!r:.80}")
     if router_type not in _REGISTRY and router_type in ROUTER_MODULES:

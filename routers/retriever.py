@@ -21,8 +21,8 @@ from typing import Sequence
 
 import numpy as np
 
-from routers.base import (ROUTER_CONFIG, ROUTER_SCHEMA_VERSION, atomic_directory, git_revision, library_versions,
-                          model_card_json_sections, read_router_config, register_router, write_json)
+from routers.base import (ROUTER_CONFIG, ROUTER_SCHEMA_VERSION, RouterConfigError, atomic_directory, git_revision,
+                          library_versions, model_card_json_sections, read_router_config, register_router, write_json)
 from routers.memory.index import VectorIndex
 from routers.memory.schema import Episode, Step
 
@@ -37,11 +37,49 @@ class RetrieverConfig:
     step_format: str = "Step.render()"
     extra: dict = field(default_factory=dict)
 
+    def __post_init__(self):
+        self.check_values(self.__dict__)
 
-def _texts(items: Sequence[Step | str] | Step | str) -> list[str]:
+    @staticmethod
+    def check_values(values: dict) -> None:
+        """ValueError for a value the retriever cannot work with (also run on every ``router_config.json`` read):
+        a positive finite temperature, a positive top_k / max_seq_length, a cosine threshold in [-1, 1]."""
+        from routers.validation import positive_int, real_number
+
+        if "temperature" in values:
+            if real_number(values["temperature"], "temperature", error=ValueError) <= 0:
+                raise ValueError(f"temperature must be > 0, got {values['temperature']!r}")
+        if "top_k" in values:
+            positive_int(values["top_k"], "top_k", error=ValueError)
+        if values.get("threshold") is not None:
+            real_number(values["threshold"], "threshold", -1.0, 1.0, error=ValueError)
+        if values.get("max_seq_length") is not None:
+            positive_int(values["max_seq_length"], "max_seq_length", error=ValueError)
+
+
+def _texts(items: Sequence[Step | str] | Step | str, name: str = "texts") -> list[str]:
+    """Rendered texts of one step / string or a sequence of them; anything else is a RouterInputError naming
+    the argument and the index (no silent ``str(None)``)."""
+    from routers.validation import RouterInputError, sequence_items
+
     if isinstance(items, (str, Step)):
         items = [items]
-    return [s.render() if isinstance(s, Step) else str(s) for s in items]
+    items = sequence_items(items, name, "a list of strings or Steps")
+    out = []
+    for i, s in enumerate(items):
+        if isinstance(s, Step):
+            out.append(s.render())
+        elif isinstance(s, str):
+            out.append(s)
+        else:
+            raise RouterInputError(f"{name}[{i}] must be a string or a Step, got {type(s).__name__} {s!r:.80}")
+    return out
+
+
+def _optional_k(k, name: str = "k") -> int | None:
+    from routers.validation import positive_int
+
+    return None if k is None else positive_int(k, name)
 
 
 @register_router("retriever")
@@ -69,11 +107,20 @@ class RetrieverRouter:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
 
+        from routers.validation import check_safetensors_files, load_errors
+
         path = Path(path)
-        raw = read_router_config(path, "retriever", RetrieverConfig)
+        raw = read_router_config(path, "retriever", RetrieverConfig)  # checks types and values
         cfg = RetrieverConfig(**{k: raw[k] for k in RetrieverConfig.__dataclass_fields__ if k in raw})
-        model = SentenceTransformer(str(path), device=device)
-        return cls(model, cfg)
+        check_safetensors_files(path)
+        with load_errors(path, "sentence-transformers model"):
+            model = SentenceTransformer(str(path), device=device)
+        router = cls(model, cfg)
+        dim = raw.get("embedding_dim")
+        if dim is not None and dim != router.dim:
+            raise RouterConfigError(f"{path / ROUTER_CONFIG}: embedding_dim is {dim!r:.40} but the model in {path} "
+                                    f"embeds into {router.dim} dimensions")
+        return router
 
     # -- inference -----------------------------------------------------------------------------------
     def encode(self, texts: Sequence[Step | str] | Step | str, batch_size: int = 64, show_progress_bar: bool = False,
@@ -83,9 +130,12 @@ class RetrieverRouter:
         Accepts (and ignores) ``normalize_embeddings``/``convert_to_numpy``, so a router can stand in
         wherever a SentenceTransformer is expected (e.g. ``HybridRetriever(encoder=router)``).
         """
+        from routers.validation import positive_int
+
         kwargs.pop("normalize_embeddings", None)
         kwargs.pop("convert_to_numpy", None)
         texts = _texts(texts)
+        batch_size = positive_int(batch_size, "batch_size")
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         emb = self.model.encode(texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
@@ -98,15 +148,29 @@ class RetrieverRouter:
         return int(get())
 
     def score(self, query: str | Sequence[str], steps: Sequence[Step | str]) -> np.ndarray:
-        """Cosine similarity of the query (or each query) with each step: (n_steps,) or (n_queries, n_steps)."""
+        """Cosine similarity of the query (or each query) with each step: (n_steps,) or (n_queries, n_steps).
+
+        ``query``: a string or a sequence of strings; ``steps``: Steps and / or strings (one, or a sequence)."""
+        from routers.validation import text_list
+
         single = isinstance(query, str)
-        q = self.encode([query] if single else list(query))
-        s = q @ self.encode(steps).T if len(steps) else np.zeros((len(q), 0), dtype=np.float32)
+        queries = [query] if single else text_list(query, "query")
+        texts = _texts(steps, "steps")
+        q = self.encode(queries)
+        s = q @ self.encode(texts).T if texts else np.zeros((len(q), 0), dtype=np.float32)
         return s[0] if single else s
 
     def build_index(self, memory: Episode | Sequence[Step], batch_size: int = 64) -> VectorIndex:
         """A :class:`VectorIndex` over the steps (ids = step ids, insertion = temporal order)."""
-        steps = memory.steps if isinstance(memory, Episode) else list(memory)
+        from routers.validation import RouterInputError, sequence_items, positive_int
+
+        batch_size = positive_int(batch_size, "batch_size")
+        steps = (memory.steps if isinstance(memory, Episode)
+                 else sequence_items(memory, "memory", "an Episode or a list of Steps"))
+        for i, s in enumerate(steps):
+            if not isinstance(s, Step):
+                raise RouterInputError(f"memory[{i}] must be a Step (it needs a step_id), got "
+                                       f"{type(s).__name__} {s!r:.80}")
         index = VectorIndex(dim=self.dim)
         if steps:
             index.add([s.step_id for s in steps], self.encode(steps, batch_size=batch_size))
@@ -114,17 +178,30 @@ class RetrieverRouter:
 
     def retrieve(self, query: str, memory: VectorIndex | Episode | Sequence[Step], k: int | None = None) -> list[tuple[str, float]]:
         """Top-k (step_id, cosine) for the query; ties go to the earlier step."""
+        from routers.validation import RouterInputError
+
+        if not isinstance(query, str):
+            raise RouterInputError(f"query must be a string, got {type(query).__name__} {query!r:.80}")
+        k = _optional_k(k)
         index = memory if isinstance(memory, VectorIndex) else self.build_index(memory)
         ids, scores = index.search(self.encode([query])[0], k or self.config.top_k)
         return [(str(i), float(s)) for i, s in zip(ids, scores)]
 
     def decide(self, scores, threshold: float | None = None, k: int | None = None) -> list[int]:
         """Indices of the steps to keep: by score (desc; ties earlier first), above ``threshold`` when
-        one is set (argument or config), at most ``k`` (default ``config.top_k``)."""
-        s = np.asarray(scores, dtype=np.float64).reshape(-1)
+        one is set (argument or config), at most ``k`` (default ``config.top_k``).
+
+        ``scores``: one score or a 1-D sequence / array / tensor (a NaN score is never kept); ``threshold``: a
+        cosine in [-1, 1]; ``k``: a positive integer."""
+        from routers.validation import real_number, score_list
+
+        s = np.asarray(score_list(scores, "scores"), dtype=np.float64)
         tau = self.config.threshold if threshold is None else threshold
-        order = np.lexsort((np.arange(len(s)), -s))
-        keep = [int(i) for i in order if tau is None or s[i] >= tau]
+        if tau is not None:
+            tau = real_number(tau, "threshold", -1.0, 1.0)
+        k = _optional_k(k)
+        order = np.lexsort((np.arange(len(s)), -np.nan_to_num(s, nan=-np.inf)))
+        keep = [int(i) for i in order if not np.isnan(s[i]) and (tau is None or s[i] >= tau)]
         return keep[: (k or self.config.top_k)]
 
     # -- export --------------------------------------------------------------------------------------

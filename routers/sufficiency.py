@@ -99,6 +99,20 @@ def last_token_logits(model, batch: dict[str, torch.Tensor], output_hidden_state
     return out.logits[:, -1, :], out
 
 
+def _question_context_lists(questions, contexts) -> tuple[list[str], list[str]]:
+    """Two strings -> one pair; two sequences of strings -> lists; any other mix is an error."""
+    from routers.validation import RouterInputError, text_list
+
+    if isinstance(questions, str) or isinstance(contexts, str):
+        if not (isinstance(questions, str) and isinstance(contexts, str)):
+            single, other, value = (("questions", "contexts", contexts) if isinstance(questions, str)
+                                    else ("contexts", "questions", questions))
+            raise RouterInputError(f"{single} is one string but {other} is {type(value).__name__}: give one "
+                                   "question and one context as two strings, or two equally long lists")
+        return [questions], [contexts]
+    return text_list(questions, "questions"), text_list(contexts, "contexts")
+
+
 @dataclass
 class SufficiencyConfig:
     yes_token_ids: list[int]
@@ -108,6 +122,31 @@ class SufficiencyConfig:
     system_prompt: str = SYSTEM_PROMPT
     user_template: str = USER_TEMPLATE
     base_model: str | None = None
+
+    TEMPLATE_FIELDS = ("question", "context")
+
+    def __post_init__(self):
+        self.check_values(self.__dict__)
+
+    @classmethod
+    def check_values(cls, values: dict) -> None:
+        """ValueError for a value no router can work with (also run on every ``router_config.json`` read):
+        thresholds in [0, 1], a positive input budget, non-empty verbalizers, and templates whose only
+        placeholders are {question} and {context}."""
+        from routers.validation import check_template, positive_int, probability
+
+        if "threshold" in values:
+            probability(values["threshold"], "threshold", error=ValueError)
+        if "max_input_tokens" in values:
+            positive_int(values["max_input_tokens"], "max_input_tokens", error=ValueError)
+        for key in ("yes_token_ids", "no_token_ids"):
+            if key in values and not values[key]:
+                raise ValueError("yes_token_ids and no_token_ids must not be empty")
+        for key in ("system_prompt", "user_template"):
+            if isinstance(values.get(key), str):
+                reason = check_template(values[key], cls.TEMPLATE_FIELDS, key)
+                if reason:
+                    raise ValueError(reason)
 
 
 @register_router("sufficiency")
@@ -142,17 +181,19 @@ class SufficiencyRouter:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from routers.models import default_device
+        from routers.validation import check_safetensors_files, load_errors
 
         path = Path(path)
-        raw = read_router_config(path, "sufficiency", SufficiencyConfig)
+        raw = read_router_config(path, "sufficiency", SufficiencyConfig)  # checks types and values
         cfg = SufficiencyConfig(**{k: raw[k] for k in SufficiencyConfig.__dataclass_fields__ if k in raw})
-        if not cfg.yes_token_ids or not cfg.no_token_ids:
-            raise RouterConfigError(f"{path / ROUTER_CONFIG}: yes_token_ids and no_token_ids must not be empty")
-        calibration = read_calibration(path)
+        calibration = read_calibration(path)  # thresholds checked: finite, in [0, 1]
         if "threshold" in calibration:
             cfg.threshold = float(calibration["threshold"])
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
-        tok = AutoTokenizer.from_pretrained(path)
+        check_safetensors_files(path)
+        with load_errors(path, "model"):
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
+        with load_errors(path, "tokenizer"):
+            tok = AutoTokenizer.from_pretrained(path)
         vocab = model.get_output_embeddings().weight.shape[0]
         bad = [i for i in cfg.yes_token_ids + cfg.no_token_ids if not 0 <= i < vocab]
         if bad:
@@ -161,7 +202,13 @@ class SufficiencyRouter:
         return cls(model, tok, cfg, calibration)
 
     # -- inference -----------------------------------------------------------------------------------
-    def encode(self, questions: Sequence[str], contexts: Sequence[str]) -> list[list[int]]:
+    def encode(self, questions: Sequence[str] | str, contexts: Sequence[str] | str) -> list[list[int]]:
+        """Prompt token ids per (question, context); the inputs are checked as in :meth:`score`."""
+        from routers.validation import RouterInputError
+
+        questions, contexts = _question_context_lists(questions, contexts)
+        if len(questions) != len(contexts):
+            raise RouterInputError(f"{len(questions)} questions but {len(contexts)} contexts")
         prompts = [build_prompt(self.tokenizer, q, c, system_prompt=self.config.system_prompt,
                                 user_template=self.config.user_template) for q, c in zip(questions, contexts)]
         return [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
@@ -169,11 +216,14 @@ class SufficiencyRouter:
     @torch.inference_mode()
     def score(self, questions: Sequence[str] | str, contexts: Sequence[str] | str, batch_size: int = 8,
               progress: bool = False) -> torch.Tensor:
-        """Normalized p_yes per (question, context); NaN where the prompt exceeds the input budget."""
-        if isinstance(questions, str):
-            questions, contexts = [questions], [contexts]
-        if len(questions) != len(contexts):
-            raise ValueError(f"{len(questions)} questions but {len(contexts)} contexts")
+        """Normalized p_yes per (question, context); NaN where the prompt exceeds the input budget.
+
+        Give one question and one context (two strings: a 1-element result), or two equally long sequences of
+        strings. Anything else (None, numbers, bytes, dicts, a string with a list) is a RouterInputError (a
+        TypeError and a ValueError) naming the argument and the index."""
+        from routers.validation import positive_int
+
+        batch_size = positive_int(batch_size, "batch_size")
         encoded = self.encode(questions, contexts)
         scores = torch.full((len(encoded),), float("nan"))
         keep = [i for i, e in enumerate(encoded) if len(e) <= self.config.max_input_tokens]
@@ -194,11 +244,15 @@ class SufficiencyRouter:
         return scores
 
     def decide(self, scores: torch.Tensor | Sequence[float] | float, threshold: float | None = None) -> list[str]:
-        """"terminate" where s >= tau, else "continue" (over-budget NaN scores always continue)."""
-        tau = self.config.threshold if threshold is None else threshold
-        if isinstance(scores, (int, float)):
-            scores = [scores]
-        vals = scores.tolist() if isinstance(scores, torch.Tensor) else list(scores)
+        """"terminate" where s >= tau, else "continue" (over-budget NaN scores always continue).
+
+        ``scores``: one score (python float, numpy scalar, 0-d tensor: a 1-element list comes back) or a 1-D
+        sequence / tensor / array of scores in [0, 1] (NaN allowed). ``threshold`` (default: the config's
+        tau) must be a finite number in [0, 1]."""
+        from routers.validation import probability, score_list
+
+        tau = probability(self.config.threshold if threshold is None else threshold, "threshold")
+        vals = score_list(scores, "scores", 0.0, 1.0)
         return [TERMINATE if (not math.isnan(s) and s >= tau) else CONTINUE for s in vals]
 
     # -- export --------------------------------------------------------------------------------------

@@ -105,3 +105,170 @@ def check_fields(values: dict, cls, source: str, error=ValueError, strings_conve
             reason = type_error(value, types_[key])
             if reason:
                 raise error(f"{source}: {what} {key!r}: {reason}")
+
+
+# -- router inputs: runtime arguments and the values an export may hold -----------------------------------------
+class RouterInputError(TypeError, ValueError):
+    """A bad argument to a router's scoring / decision method (wrong type, length or range).
+
+    Both a TypeError and a ValueError: callers catching either see it, and the CLI prints it as one line."""
+
+
+def _real_scalar(value) -> float | None:
+    """``value`` as a float when it is one real number (python / numpy scalar, 0-d tensor or array), else None.
+    Booleans, strings, complex numbers and anything with more than one element are not real numbers here."""
+    import numbers
+
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return None
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "tolist"):  # 0-d torch tensor / numpy array
+        item = value.tolist()
+        if isinstance(item, numbers.Real) and not isinstance(item, bool):
+            return float(item)
+    return None
+
+
+def real_number(value, name: str, lo: float | None = None, hi: float | None = None,
+                error=RouterInputError) -> float:
+    """A finite real number (in [lo, hi] when given) as a float; else ``error`` naming ``name``."""
+    import math
+
+    v = _real_scalar(value)
+    if v is None:
+        raise error(f"{name} must be a number, got {type(value).__name__} {value!r:.80}")
+    if not math.isfinite(v) or (lo is not None and v < lo) or (hi is not None and v > hi):
+        where = f" in [{lo:g}, {hi:g}]" if lo is not None and hi is not None else (
+            f" >= {lo:g}" if lo is not None else (f" <= {hi:g}" if hi is not None else ""))
+        raise error(f"{name} must be a finite number{where}, got {v!r}")
+    return v
+
+
+def probability(value, name: str = "threshold", error=RouterInputError) -> float:
+    """A threshold on a probability: a finite real number in [0, 1]."""
+    return real_number(value, name, 0.0, 1.0, error=error)
+
+
+def positive_int(value, name: str, error=RouterInputError) -> int:
+    """A positive integer (python or numpy; bool is not one)."""
+    import numbers
+
+    if isinstance(value, bool) or type(value).__name__ == "bool_" or not isinstance(value, numbers.Integral):
+        raise error(f"{name} must be a positive integer, got {type(value).__name__} {value!r:.80}")
+    if int(value) <= 0:
+        raise error(f"{name} must be a positive integer, got {int(value)}")
+    return int(value)
+
+
+def sequence_items(value, name: str, what: str) -> list:
+    """The items of a list-like argument (not a string, bytes, mapping, set or scalar), else an error."""
+    from collections.abc import Iterable, Mapping, Set
+
+    if value is None or isinstance(value, (str, bytes, bytearray, Mapping, Set)) or not isinstance(value, Iterable):
+        raise RouterInputError(f"{name} must be {what}, got {type(value).__name__} {value!r:.80}")
+    if getattr(value, "ndim", 1) != 1:  # numpy arrays / tensors: one axis only
+        raise RouterInputError(f"{name} must be {what}, got an array of shape {tuple(value.shape)}")
+    return list(value)
+
+
+def text_list(value, name: str) -> list[str]:
+    """A sequence of strings as a list; anything else (None, numbers, bytes, dicts, a bare string) is an
+    error naming the argument and the offending index."""
+    items = sequence_items(value, name, "a list of strings")
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise RouterInputError(f"{name}[{i}] must be a string, got {type(item).__name__} {item!r:.80}")
+    return items
+
+
+def score_list(scores, name: str = "scores", lo: float | None = None, hi: float | None = None) -> list[float]:
+    """One score (python / numpy scalar, 0-d tensor) or a 1-D sequence / tensor / array of scores, as a list of
+    floats. NaN is allowed (it means "no score", e.g. over the input budget); with ``lo``/``hi`` every other
+    value must lie in that range. bool, str, None and arrays with more than one axis are errors."""
+    import math
+
+    one = _real_scalar(scores)
+    items = [one] if one is not None else None
+    if items is None:
+        if getattr(scores, "ndim", None) == 0:
+            raise RouterInputError(f"{name} must hold real numbers, got {scores!r:.80}")
+        what = "one score or a 1-D sequence of scores"
+        raw = sequence_items(scores, name, what)
+        if hasattr(scores, "tolist"):
+            raw = scores.tolist()
+        items = []
+        for i, s in enumerate(raw):
+            v = _real_scalar(s)
+            if v is None:
+                raise RouterInputError(f"{name}[{i}] must be a real number, got {type(s).__name__} {s!r:.80}")
+            items.append(v)
+    for i, v in enumerate(items):
+        if math.isnan(v):
+            continue
+        if math.isinf(v) or (lo is not None and v < lo) or (hi is not None and v > hi):
+            rng = f" in [{lo:g}, {hi:g}] (or NaN)" if lo is not None and hi is not None else " (or NaN)"
+            raise RouterInputError(f"{name}[{i}] must be a finite number{rng}, got {v!r}")
+    return items
+
+
+def template_placeholders(template: str) -> list[str]:
+    """The ``{name}`` fields of a ``str.format`` template, in order (``{{`` / ``}}`` are literal braces).
+    ValueError for a template ``str.format`` cannot parse (a lone ``{`` or ``}``)."""
+    import string
+
+    return [field for _, field, _, _ in string.Formatter().parse(template) if field is not None]
+
+
+def check_template(template: str, allowed: tuple[str, ...], name: str) -> str | None:
+    """None when every placeholder of ``template`` is one of ``allowed`` (bare, no attribute / index access),
+    else a short reason naming the first offending placeholder."""
+    try:
+        fields = template_placeholders(template)
+    except ValueError as err:
+        return f"{name} is not a valid template ({err}); write literal braces as {{{{ and }}}}"
+    allowed_text = ", ".join("{" + a + "}" for a in allowed)
+    for field in fields:
+        if field not in allowed:
+            return f"{name} has unknown placeholder {{{field}}} (allowed: {allowed_text})"
+    return None
+
+
+def check_safetensors_files(path) -> None:
+    """Open the header of every ``*.safetensors`` file under an export directory (cheap: no tensor is read).
+    A truncated, empty or corrupt file is a RouterConfigError naming that file, instead of safetensors'
+    "incomplete metadata, file not fully covered" with no file name when the model loads."""
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    from routers.base import RouterConfigError
+
+    for file in sorted(Path(path).rglob("*.safetensors")):
+        try:
+            with safe_open(str(file), framework="numpy"):
+                pass
+        except Exception as err:  # noqa: BLE001 - SafetensorError, OSError, ...: all mean "unreadable weights"
+            raise RouterConfigError(f"{file}: unreadable weights file, truncated or corrupt "
+                                    f"({type(err).__name__}: {err})") from None
+
+
+class load_errors:  # noqa: N801 - used as a context manager: ``with load_errors(path, "weights"): ...``
+    """Turn an error raised while a library loads part of an export (weights, tokenizer, HF config) into a
+    RouterConfigError naming the directory and the part, so the CLI prints one line that says where."""
+
+    def __init__(self, path, what: str):
+        self.path, self.what = path, what
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, err, tb):
+        from routers.base import RouterConfigError
+
+        if err is None or isinstance(err, RouterConfigError) or not isinstance(err, Exception):
+            return False
+        if isinstance(err, (ImportError, MemoryError)):  # not a property of the export
+            return False
+        msg = " ".join(str(err).split())
+        raise RouterConfigError(f"{self.path}: cannot load the {self.what} ({type(err).__name__}: {msg:.300})") from err

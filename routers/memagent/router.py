@@ -19,7 +19,7 @@ expands each End record (``train.memagent`` turns a chosen subset into one yes/n
 
 from __future__ import annotations
 
-import json
+import numbers
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -28,8 +28,9 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from routers.base import (CALIBRATION, ROUTER_CONFIG, ROUTER_SCHEMA_VERSION, atomic_directory, git_revision,
-                          library_versions, model_card_json_sections, register_router, write_json)
+from routers.base import (CALIBRATION, ROUTER_CONFIG, ROUTER_SCHEMA_VERSION, RouterConfigError, atomic_directory,
+                          git_revision, library_versions, model_card_json_sections, read_calibration,
+                          read_router_config, register_router, write_json)
 from routers.memagent import prompts as P
 from routers.models import kv_cache_kwarg, output_kv_cache
 
@@ -138,17 +139,28 @@ def sequence_log_probs(model, sequences: Sequence[Sequence[int]], starts: Sequen
     return scores
 
 
-def _read_json(file: Path) -> dict:
-    """A JSON object from an export file; a missing or broken file is an error naming it."""
-    try:
-        raw = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{file}: missing (not a MemAgent router export?)") from None
-    except ValueError as err:
-        raise ValueError(f"{file}: invalid JSON ({getattr(err, 'msg', err)})") from None
-    if not isinstance(raw, dict):
-        raise ValueError(f"{file}: expected a JSON object, got {type(raw).__name__}")
-    return raw
+PHASES = ("begin", "in", "end")
+
+
+def _text(value, name: str) -> str:
+    from routers.validation import RouterInputError
+
+    if not isinstance(value, str):
+        raise RouterInputError(f"{name} must be a string, got {type(value).__name__} {value!r:.80}")
+    return value
+
+
+def _pool(providers, name: str = "providers") -> Mapping[str, Any]:
+    """The provider pool: a mapping provider name (str) -> provider."""
+    from routers.validation import RouterInputError
+
+    if not isinstance(providers, Mapping):
+        raise RouterInputError(f"{name} must be a mapping of provider name -> provider, got "
+                               f"{type(providers).__name__} {providers!r:.80}")
+    for key in providers:
+        if not isinstance(key, str) or not key.strip():
+            raise RouterInputError(f"{name}: provider names must be non-empty strings, got {key!r:.80}")
+    return providers
 
 
 @dataclass
@@ -165,6 +177,26 @@ class MemAgentConfig:
         "in_question": P.IN_QUESTION, "end_system": P.END_SYSTEM, "end_provider_question": P.END_PROVIDER_QUESTION})
     completions: dict[str, Any] = field(default_factory=lambda: {
         "begin_none": P.NONE, "in": [P.QUERY, P.NOOP], "end": [P.YES, P.NO]})
+
+    END_MODES = ("per_provider",)
+
+    def __post_init__(self):
+        self.check_values(self.__dict__)
+
+    @classmethod
+    def check_values(cls, values: dict) -> None:
+        """ValueError for a value the router cannot work with (also run on every ``router_config.json`` read):
+        thresholds in [0, 1], positive token budgets, a supported ``end_mode``."""
+        from routers.validation import positive_int, probability
+
+        for key in ("in_threshold", "end_threshold"):
+            if key in values:
+                probability(values[key], key, error=ValueError)
+        for key in ("max_input_tokens", "max_batch_tokens"):
+            if key in values:
+                positive_int(values[key], key, error=ValueError)
+        if "end_mode" in values and values["end_mode"] not in cls.END_MODES:
+            raise ValueError(f"end_mode must be one of {list(cls.END_MODES)}, got {values['end_mode']!r:.80}")
 
 
 @register_router("memagent")
@@ -200,29 +232,31 @@ class MemAgentRouter:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from routers.models import default_device, resolve_causal_lm
+        from routers.validation import check_safetensors_files, load_errors
 
         path = Path(path)
-        raw = _read_json(path / ROUTER_CONFIG)
-        if raw.get("router_type") != "memagent":
-            raise ValueError(f"{path / ROUTER_CONFIG}: router_type is {raw.get('router_type')!r}, expected 'memagent'")
+        raw = read_router_config(path, "memagent", MemAgentConfig)  # checks types and values
         cfg = MemAgentConfig(**{k: raw[k] for k in MemAgentConfig.__dataclass_fields__ if k in raw})
-        calibration = _read_json(path / CALIBRATION) if (path / CALIBRATION).exists() else {}
+        calibration = read_calibration(path)  # in_threshold / end_threshold checked: finite, in [0, 1]
         for key in ("in_threshold", "end_threshold"):
-            value = calibration.get(key, getattr(cfg, key))
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-                raise ValueError(f"{path}: {key} must be a number, got {value!r:.80}")
-            setattr(cfg, key, float(value))
+            if key in calibration:
+                setattr(cfg, key, float(calibration[key]))
         dtype = dtype or torch.float32
+        check_safetensors_files(path)
         if (path / ADAPTER_CONFIG).exists():
             from peft import PeftModel
 
             if not cfg.base_model:
-                raise ValueError(f"{path}: an adapter export needs base_model in {ROUTER_CONFIG}")
-            base = AutoModelForCausalLM.from_pretrained(resolve_causal_lm(cfg.base_model), dtype=dtype)
-            model = PeftModel.from_pretrained(base, str(path))
+                raise RouterConfigError(f"{path / ROUTER_CONFIG}: an adapter export needs base_model")
+            with load_errors(path, f"base model {cfg.base_model!r} (router_config.json base_model)"):
+                base = AutoModelForCausalLM.from_pretrained(resolve_causal_lm(cfg.base_model), dtype=dtype)
+            with load_errors(path, "LoRA adapter"):
+                model = PeftModel.from_pretrained(base, str(path))
         else:
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-        tok = AutoTokenizer.from_pretrained(path)
+            with load_errors(path, "model"):
+                model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        with load_errors(path, "tokenizer"):
+            tok = AutoTokenizer.from_pretrained(path)
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
         model.to(device or default_device())
@@ -251,6 +285,7 @@ class MemAgentRouter:
 
     def score_begin(self, goal: str, previews, providers: Mapping[str, Any]) -> tuple[list[str | None], torch.Tensor | None]:
         """Options (None first, then the pool order) and their completion log-probabilities."""
+        goal, providers = _text(goal, "goal"), _pool(providers)
         options: list[str | None] = [None, *providers]
         prompt = P.begin_messages(goal, previews, providers)
         scores = self.score_candidates([(prompt, [P.begin_completion(o) for o in options])], "begin")
@@ -262,16 +297,26 @@ class MemAgentRouter:
 
     def score_inject(self, goal: str, step_index: int, state_summary: str) -> torch.Tensor | None:
         """p(Query) over {Query, NoOp} (a 0-d tensor), or None over budget."""
+        from routers.validation import RouterInputError
+
+        goal, state_summary = _text(goal, "goal"), _text(state_summary, "state_summary")
+        if isinstance(step_index, bool) or not isinstance(step_index, numbers.Integral) or step_index < 0:
+            raise RouterInputError(f"step_index must be a non-negative integer, got {step_index!r:.80}")
+        step_index = int(step_index)
         prompt = P.in_messages(goal, step_index, state_summary)
         scores = self.score_candidates([(prompt, [P.in_completion(True), P.in_completion(False)])], "in")
         return None if scores is None else torch.softmax(scores, dim=0)[0]
 
     def inject(self, goal: str, step_index: int, state_summary: str) -> bool:
+        from routers.validation import probability
+
+        tau = probability(self.config.in_threshold, "in_threshold")
         p = self.score_inject(goal, step_index, state_summary)
-        return bool(p is not None and float(p) >= self.config.in_threshold)
+        return bool(p is not None and float(p) >= tau)
 
     def score_end(self, trajectory, providers: Mapping[str, Any]) -> torch.Tensor | None:
         """p(yes) per provider (pool order), all providers' yes/no candidates in one batched forward."""
+        providers = _pool(providers)
         body = P.end_messages(trajectory, providers)
         items = [(P.end_provider_messages(body, name), [P.YES, P.NO]) for name in providers]
         scores = self.score_candidates(items, "end")
@@ -280,10 +325,13 @@ class MemAgentRouter:
         return torch.softmax(scores.view(len(items), 2), dim=-1)[:, 0]
 
     def end(self, trajectory, providers: Mapping[str, Any]) -> list[str]:
+        from routers.validation import probability
+
+        tau = probability(self.config.end_threshold, "end_threshold")
         p = self.score_end(trajectory, providers)
         if p is None:
             return []
-        return [name for name, s in zip(providers, p.tolist()) if s >= self.config.end_threshold]
+        return [name for name, s in zip(providers, p.tolist()) if s >= tau]
 
     # Router protocol (routers.base): score one phase's inputs, decide with a threshold.
     def score(self, phase: str, **inputs):
@@ -296,15 +344,40 @@ class MemAgentRouter:
         raise ValueError(f"unknown phase {phase!r}; expected begin, in or end")
 
     def decide(self, scores, threshold: float | None = None, phase: str = "in", options: Sequence | None = None):
-        """Begin: the argmax option; In: bool; End: per-provider bools (``options`` names them)."""
+        """Begin: the argmax option; In: bool; End: per-provider bools (``options`` names them).
+
+        ``scores`` as the matching ``score_*`` returns it (None = over budget: the safe fallback). Begin takes
+        the log-probabilities (1-D, ``options`` as long, when given); In one p(Query) in [0, 1] (float, 0-d
+        tensor, numpy scalar); End the p(yes) per provider in [0, 1] (``options`` as long, when given).
+        ``threshold`` (In / End; default from the config) must be a finite number in [0, 1]."""
+        from routers.validation import RouterInputError, probability, score_list
+
+        if phase not in PHASES:
+            raise RouterInputError(f"unknown phase {phase!r:.80}; expected begin, in or end")
+        if options is not None:
+            options = list(options)
+        if phase != "begin":
+            default = self.config.in_threshold if phase == "in" else self.config.end_threshold
+            tau = probability(default if threshold is None else threshold, "threshold")
         if scores is None:
             return None if phase == "begin" else (False if phase == "in" else [])
         if phase == "begin":
-            return (options or [])[int(torch.argmax(scores))] if options else int(torch.argmax(scores))
-        tau = threshold if threshold is not None else (self.config.in_threshold if phase == "in" else self.config.end_threshold)
+            vals = score_list(scores, "scores")
+            if not vals or any(v != v for v in vals):
+                raise RouterInputError(f"begin scores must be a non-empty list of numbers without NaN, "
+                                       f"got {vals!r:.80}")
+            if options and len(options) != len(vals):
+                raise RouterInputError(f"{len(vals)} scores but {len(options)} options")
+            best = max(range(len(vals)), key=lambda i: (vals[i], -i))  # ties: the earlier option, like argmax
+            return options[best] if options else best
+        vals = score_list(scores, "scores", 0.0, 1.0)
         if phase == "in":
-            return bool(float(scores) >= tau)
-        keep = [float(s) >= tau for s in scores]
+            if len(vals) != 1:
+                raise RouterInputError(f"the In decision takes one score (p(Query)), got {len(vals)}")
+            return bool(vals[0] >= tau)
+        if options and len(options) != len(vals):
+            raise RouterInputError(f"{len(vals)} scores but {len(options)} options")
+        keep = [v >= tau for v in vals]  # NaN is never >= tau: not stored
         return [o for o, k in zip(options, keep) if k] if options else keep
 
     # -- export --------------------------------------------------------------------------------------
