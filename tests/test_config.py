@@ -140,8 +140,8 @@ def test_resolved_config_does_not_inject_redacted_tokens(recipe, tmp_path):
     assert ta2.hub_token == ta.hub_token is None
 
 
-@pytest.mark.parametrize("recipe", ["configs/sufficiency_smollm2.yaml", "configs/sufficiency_smollm2_gpu.yaml",
-                                    "configs/sufficiency_smollm2_prefix.yaml"])
+@pytest.mark.parametrize("recipe", ["configs/sufficiency/train/smollm2.yaml", "configs/sufficiency/train/smollm2_gpu.yaml",
+                                    "configs/sufficiency/train/smollm2_prefix.yaml"])
 def test_shipped_sufficiency_recipes_parse(recipe):
     """Every key of a shipped recipe is a real field (a typo there would only surface on a cluster)."""
     from train.sufficiency import SufficiencyTrainingConfig, make_parser
@@ -160,6 +160,6 @@ def test_shipped_prefix_synthesis_recipe_parses():
     from data_synthesis.sufficiency import SufficiencySynthConfig, make_parser
 
     root = Path(__file__).resolve().parents[1]
-    (cfg,) = parse_config(make_parser(), [SufficiencySynthConfig], [str(root / "configs/sufficiency_synth_locomo_prefix.yaml")])
+    (cfg,) = parse_config(make_parser(), [SufficiencySynthConfig], [str(root / "configs/sufficiency/synth/locomo_prefix.yaml")])
     assert cfg.prefix_top_k == [3, 5, 8, 10] and cfg.intervention_samples is False
     assert cfg.eval_episodes == ["conv-26", "conv-30"]

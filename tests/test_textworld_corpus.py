@@ -376,7 +376,7 @@ def test_config_validation_and_cli_recipe(tmp_path):
         TextWorldCorpusConfig(min_steps=50, max_steps=40)
     from routers import cli
 
-    rc = cli.main(["synth", "textworld", str(REPO / "configs" / "textworld_corpus.yaml"),
+    rc = cli.main(["synth", "textworld", str(REPO / "configs/textworld/synth/corpus.yaml"),
                    "--output_dir", str(tmp_path / "tw"), "--n_games", "0"])
     assert rc == 0
     assert json.loads((tmp_path / "tw" / "stats.json").read_text())["games"] == 0
