@@ -100,11 +100,16 @@ def load_locomo(path: str | Path | None = None, include_adversarial: bool = Fals
         raise CorpusError(f"{path}: expected a list of conversations")
     stats = stats if stats is not None else LoadStats()
     episodes = []
+    seen_ids: dict[str, int] = {}
     for ci, conv in enumerate(data):
         if not isinstance(conv, dict) or "sample_id" not in conv or not isinstance(conv.get("conversation"), dict):
             raise CorpusError(f"{path}: conversation #{ci} lacks 'sample_id' or 'conversation' (an object)")
         sample_id = _text(conv["sample_id"], f"conversation #{ci} sample_id", path)
         where = f"conversation #{ci} ({sample_id})"
+        if sample_id in seen_ids:  # qa ids are "<sample_id>/q<i>": a repeat would silently lose questions
+            raise CorpusError(f"{path}: {where}: duplicate sample_id {sample_id!r} (also conversation "
+                              f"#{seen_ids[sample_id]})")
+        seen_ids[sample_id] = ci
         c = conv["conversation"]
         steps = _locomo_steps(c, where, path)
         speakers = [_text(c.get(k), f"{where} {k}", path, optional=True) for k in ("speaker_a", "speaker_b")]
@@ -162,6 +167,7 @@ def load_hotpotqa(path: str | Path, stats: LoadStats | None = None) -> list[Epis
         raise CorpusError(f"{path}: expected a list of HotpotQA items")
     stats = stats if stats is not None else LoadStats()
     episodes = []
+    seen_ids: dict[str, int] = {}
     for qi, item in enumerate(data):
         where = f"item #{qi}"
         if not isinstance(item, dict) or "question" not in item or "answer" not in item:
@@ -176,6 +182,9 @@ def load_hotpotqa(path: str | Path, stats: LoadStats | None = None) -> list[Epis
                 steps.append(Step(step_id=sid, index=len(steps), text=_text(sent, f"{where} {sid}", path).strip(),
                                   speaker=title))
         episode_id = _text(item.get("_id", qi), f"{where} _id", path)
+        if episode_id in seen_ids:  # the qa id is "<_id>/q0": a repeat would silently lose a question
+            raise CorpusError(f"{path}: {where}: duplicate _id {episode_id!r} (also item #{seen_ids[episode_id]})")
+        seen_ids[episode_id] = qi
         ep = Episode(episode_id=episode_id, steps=steps, source="hotpotqa")
         facts = item.get("supporting_facts", [])
         if not isinstance(facts, list) or not all(

@@ -1,6 +1,6 @@
 """Forced exploration for the MemAgent router (paper §data synthesis, Figure 4; DESIGN §6).
 
-    memroute synth forced-exploration configs/memagent_explore.yaml [--n_train 4 --providers '[voyager]' ...]
+    memroute synth forced-exploration configs/memagent/synth/explore.yaml [--n_train 4 --providers '[voyager]' ...]
 
 Per task (fixed order), every combination of Begin option (no memory + each provider) x In policy
 (``inject``: Query whenever the short-term memory has content / ``never``: NoOp) is rolled out with the
@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from data_synthesis.jsonl import ResumableJsonlWriter, atomic_write_json, atomic_write_text, read_jsonl
+from data_synthesis.jsonl import OutputLock, ResumableJsonlWriter, atomic_write_json, atomic_write_text, read_jsonl
 from routers.memagent.agent import IN_POLICIES
 from routers.memagent.protocol import Task, Trajectory
 
@@ -136,6 +136,31 @@ class ForcedExplorationConfig:
             raise ValueError(f"unknown split(s) {bad}; expected train / heldout")
         if self.agent not in ("lm", "walkthrough", "random"):
             raise ValueError(f"agent must be lm, walkthrough or random, got {self.agent!r}")
+        from data_synthesis.sufficiency import check_non_negative, check_positive, check_unit_interval
+
+        if not self.splits:
+            raise ValueError("splits is empty: give train and/or heldout")
+        for split, n in (("train", "n_train"), ("heldout", "n_heldout")):
+            if split in self.splits and getattr(self, n) < 1:
+                raise ValueError(f"{n} must be >= 1 when splits includes {split!r}, got {getattr(self, n)}")
+        check_non_negative(self, "n_train", "n_heldout", "history_steps", "judge_steps_per_rollout",
+                           "end_min_retrievals", "repeat_penalty")
+        check_positive(self, "max_steps", "num_workers", "torch_threads", "stm_max_words", "judge_batch_size",
+                       "provider_max_new_tokens")
+        check_unit_interval(self, "begin_outcome_weight", "begin_min_reward", "in_outcome_weight", "in_min_reward",
+                            "end_min_reuse", "end_min_reward")
+        if self.length_norm not in ("mean", "sum"):
+            raise ValueError(f"length_norm must be 'mean' or 'sum', got {self.length_norm!r}")
+        if self.goal_style not in ("recipe", "objective"):
+            raise ValueError(f"goal_style must be 'recipe' or 'objective', got {self.goal_style!r}")
+        if not self.game_presets:
+            raise ValueError("game_presets is empty: give at least one tw-cooking preset (e.g. 'recipe=1,take=1,go=1')")
+        if self.providers is not None:
+            dup = sorted({p for p in self.providers if self.providers.count(p) > 1})
+            if dup:
+                raise ValueError(f"providers: {dup} given more than once")
+            if not self.providers and not self.include_no_memory:
+                raise ValueError("providers is empty and include_no_memory is false: there is no Begin option to explore")
 
 
 # -- combinations ---------------------------------------------------------------------------------------------
@@ -331,8 +356,15 @@ class ForcedExplorer:
         path = self.out / "manifest.json"
         fp = fingerprint(self.cfg)
         if path.exists():
-            old = json.loads(path.read_text())
-            diff = {k: (old["fingerprint"].get(k), v) for k, v in fp.items() if old["fingerprint"].get(k) != v}
+            try:
+                old = json.loads(path.read_text(encoding="utf-8"))
+                if not isinstance(old, dict) or not isinstance(old.get("fingerprint"), dict):
+                    raise ValueError("no 'fingerprint' object")
+            except (OSError, ValueError) as err:
+                raise ValueError(f"{path}: unreadable manifest ({err}); use a new output_dir, or remove the "
+                                 "directory to start over") from None
+            diff = {k: (old["fingerprint"].get(k), v) for k, v in json.loads(json.dumps(fp)).items()
+                    if old["fingerprint"].get(k) != v}
             if diff:
                 raise ValueError(f"{self.out} was explored with a different setup {diff} (saved, now); "
                                  "use a new output_dir or restore the settings to resume")
@@ -594,6 +626,11 @@ def main(argv=None) -> dict:
     from train.config import parse_config, save_resolved_config
 
     (cfg,) = parse_config(make_parser(), [ForcedExplorationConfig], argv)
+    with OutputLock(cfg.output_dir):  # for the whole run: a second run into the same directory fails at once
+        return _main(cfg, save_resolved_config)
+
+
+def _main(cfg: ForcedExplorationConfig, save_resolved_config) -> dict:
     save_resolved_config(cfg.output_dir, cfg)
     result: dict[str, Any] = {}
     if cfg.stage in ("all", "explore"):

@@ -9,20 +9,23 @@ of the original intervention samples. Each source is ``PATH[:n=N][:per_label=M]`
   those conversations are ~67 % sufficient) enters balanced;
 * neither: the whole file.
 
-Records are validated like the trainer's input (errors name file and line); the output is shuffled and
+Records are read with the trainer's reader, ``read_samples`` (errors name file and line; duplicate ids
+within or across files and empty files are errors); the output is shuffled and
 written atomically, with a ``.manifest.json`` beside it that records the sources, counts and seed.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from data_synthesis.jsonl import atomic_write_json, atomic_write_text, read_jsonl
-from data_synthesis.sufficiency import SAMPLE_FIELDS, validate_sample
+from data_synthesis.jsonl import OutputLock, atomic_write_json, atomic_write_text
+from data_synthesis.sufficiency import read_samples
 
 
 @dataclass
@@ -34,18 +37,30 @@ class MixConfig:
     seed: int = 0
 
 
+_OPTION = re.compile(r"^[A-Za-z_]\w*=[^/\\]*$")  # "key=value" without a path separator
+
+
 def parse_source(spec: str) -> tuple[str, int | None, int | None]:
-    """``PATH[:n=N][:per_label=M]`` -> (path, n, per_label)."""
-    parts = spec.split(":")
-    path, n, per_label = parts[0], None, None
-    for opt in parts[1:]:
+    """``PATH[:n=N][:per_label=M]`` -> (path, n, per_label).
+
+    Options are peeled off the end; a ``:``-part that does not look like ``key=value`` belongs to the path,
+    so ``C:/data/x.jsonl`` and ``/data/a:b.jsonl`` are plain paths. An unknown key or a bad value is an error.
+    """
+    path, n, per_label = spec, None, None
+    while ":" in path:
+        head, _, opt = path.rpartition(":")
+        if not _OPTION.match(opt):
+            break
         key, _, value = opt.partition("=")
         if key not in ("n", "per_label") or not value.isdigit() or int(value) < 1:
             raise ValueError(f"source {spec!r}: options are n=N and per_label=M with positive integers, got {opt!r}")
+        if (n if key == "n" else per_label) is not None:
+            raise ValueError(f"source {spec!r}: option {key} given twice")
         if key == "n":
             n = int(value)
         else:
             per_label = int(value)
+        path = head
     if not path:
         raise ValueError(f"source {spec!r}: no path")
     return path, n, per_label
@@ -63,14 +78,40 @@ def draw(records: list[dict], n: int | None, per_label: int | None, rng: random.
     return records
 
 
-def mix(cfg: MixConfig) -> dict:
+def _same_file(a: str | Path, b: str | Path) -> bool:
+    a, b = Path(a), Path(b)
+    try:
+        if a.exists() and b.exists():
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return a.resolve() == b.resolve()
+
+
+def mix(cfg: MixConfig, lock: bool = True) -> dict:
+    """Read, check and draw every source, then write the mix atomically (nothing is written on bad input).
+    ``lock``: hold the lock of the output file's folder while doing so."""
     if not cfg.sources:
         raise ValueError("mix needs at least one source")
+    if not cfg.output:
+        raise ValueError("output: give the path of the mixed JSONL to write")
+    output = Path(cfg.output)
+    if output.is_dir():
+        raise ValueError(f"output {cfg.output}: is a directory; give the path of the JSONL file to write")
+    specs = [(spec, *parse_source(spec)) for spec in cfg.sources]
+    manifest_path = output.with_suffix(".manifest.json")
+    for spec, path, _, _ in specs:
+        for target in (output, manifest_path):
+            if _same_file(path, target):
+                raise ValueError(f"source {spec!r} is also the output {target}: writing would overwrite a source; "
+                                 "choose another --output")
+    if lock:
+        with OutputLock(output.parent):
+            return mix(cfg, lock=False)
     rng = random.Random(cfg.seed)
     out, summary, seen = [], [], set()
-    for spec in cfg.sources:
-        path, n, per_label = parse_source(spec)
-        records = list(read_jsonl(path, required=SAMPLE_FIELDS, validate=validate_sample))
+    for spec, path, n, per_label in specs:
+        records = read_samples(path)  # validated; duplicate ids in one file and an empty file are errors
         picked = draw(records, n, per_label, rng)
         dup = [r["id"] for r in picked if r["id"] in seen]
         if dup:
@@ -79,12 +120,14 @@ def mix(cfg: MixConfig) -> dict:
         out += picked
         summary.append({"source": spec, "available": len(records), "taken": len(picked),
                         "labels": dict(Counter(int(r["label"]) for r in picked))})
+    if not out:
+        raise ValueError(f"mix: no sample drawn from {cfg.sources}")
     rng.shuffle(out)
 
     atomic_write_text(cfg.output, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out))
     manifest = {"config": asdict(cfg), "sources": summary, "samples": len(out),
                 "labels": dict(Counter(int(r["label"]) for r in out))}
-    atomic_write_json(Path(cfg.output).with_suffix(".manifest.json"), manifest)
+    atomic_write_json(manifest_path, manifest)
     return manifest
 
 

@@ -42,9 +42,9 @@ from pathlib import Path
 import numpy as np
 
 from data_synthesis.corpora import load_hotpotqa, load_locomo, sample_qa, split_episodes
-from data_synthesis.jsonl import ResumableJsonlWriter, atomic_write_json, read_jsonl
+from data_synthesis.jsonl import OutputLock, ResumableJsonlWriter, atomic_write_json, read_jsonl
 from data_synthesis.sufficiency import _rng, leaks_answer
-from data_synthesis.textworld_corpus import load_textworld
+from data_synthesis.textworld_corpus import check_schema_version, load_textworld
 from routers.memory.retrieval import HybridRetriever, render_context
 from routers.memory.schema import QA, Episode, LoadStats, Step
 from routers.models import DEFAULT_ENCODER
@@ -83,6 +83,29 @@ class RetrieverSynthConfig:
     encoder: str = field(default=DEFAULT_ENCODER, metadata={"help": "dense negative miner; 'none' = BM25 only"})
     drop_answer_leaks: bool = True
     encode_batch_size: int = 64
+    resume: str = field(default="auto", metadata={
+        "help": "auto: continue the files in output_dir (same data settings only) | never: start over"})
+
+    def __post_init__(self):
+        from data_synthesis.sufficiency import check_non_negative, check_positive
+        from train.checkpoints import check_resume_value
+
+        check_resume_value(self.resume)
+        unknown = [c for c in self.corpora if c not in CORPORA]
+        if unknown or not self.corpora:
+            raise ValueError(f"corpora: unknown {unknown}; choose from {list(CORPORA)}")
+        if len(set(self.corpora)) != len(self.corpora):
+            raise ValueError(f"corpora: each corpus once, got {self.corpora}")
+        check_positive(self, "max_qa_per_episode", "window_size", "max_positives", "hard_pool", "encode_batch_size")
+        check_non_negative(self, "bm25_negatives", "dense_negatives", "window_negatives", "neighbour_exclusion")
+        for name in ("hotpotqa_eval_fraction", "textworld_eval_fraction"):
+            if not 0.0 <= getattr(self, name) < 1.0:  # 0 = nothing held out; 1 would leave no training data
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+
+
+CORPORA = ("locomo", "hotpotqa", "textworld")
+# options that only change batching / where the files go, not which records are made
+NOT_FINGERPRINTED = ("output_dir", "encode_batch_size", "resume")
 
 
 # -- views ---------------------------------------------------------------------------------------------
@@ -114,8 +137,10 @@ def build_record(episode: Episode, qa: QA, cfg: RetrieverSynthConfig, split: str
     counts = counts if counts is not None else Counter()
     rng = _rng(cfg.seed, qa.qa_id)
     steps = episode.steps
+    # list positions (``Step.index`` is a temporal rank: increasing, but not necessarily 0..n-1)
+    position = {s.step_id: p for p, s in enumerate(steps)}
     evidence = list(dict.fromkeys(qa.evidence))
-    ev_index = {episode.step(e).index for e in evidence}
+    ev_index = {position[e] for e in evidence}
     ev_set = set(evidence)
 
     # positives: evidence steps, then evidence-complete windows
@@ -126,7 +151,7 @@ def build_record(episode: Episode, qa: QA, cfg: RetrieverSynthConfig, split: str
         pos_kinds.append("step")
     if cfg.window_size > 1:
         for e in evidence:
-            win = window_around(episode, episode.step(e).index, cfg.window_size)
+            win = window_around(episode, position[e], cfg.window_size)
             wid = window_id(win)
             if wid not in pos_ids and len(win) > 1:
                 pos_texts.append(render_context(win))
@@ -140,7 +165,7 @@ def build_record(episode: Episode, qa: QA, cfg: RetrieverSynthConfig, split: str
         s = steps[i]
         if s.step_id in ev_set:
             return False
-        if cfg.neighbour_exclusion and any(abs(s.index - j) <= cfg.neighbour_exclusion for j in ev_index):
+        if cfg.neighbour_exclusion and any(abs(i - j) <= cfg.neighbour_exclusion for j in ev_index):
             return False
         return True
 
@@ -184,7 +209,7 @@ def build_record(episode: Episode, qa: QA, cfg: RetrieverSynthConfig, split: str
             wid = window_id(win)
             if len(win) < 2 or wid in neg_ids or any(s.step_id in ev_set for s in win):
                 continue
-            if cfg.drop_answer_leaks and any(leaks(s.index) for s in win):
+            if cfg.drop_answer_leaks and any(leaks(position[s.step_id]) for s in win):
                 continue
             neg_texts.append(render_context(win))
             neg_ids.append(wid)
@@ -211,8 +236,7 @@ def validate_record(rec: dict) -> None:
         raise ValueError("positives must not be empty")
     if len(rec["positives"]) != len(rec["positive_ids"]) or len(rec["negatives"]) != len(rec["negative_ids"]):
         raise ValueError("positives/negatives and their ids must have the same length")
-    if rec.get("schema_version", SCHEMA_VERSION) > SCHEMA_VERSION:
-        raise ValueError(f"schema_version {rec['schema_version']} is newer than this reader ({SCHEMA_VERSION})")
+    check_schema_version(rec, SCHEMA_VERSION)
 
 
 def read_retriever_records(path: str | Path, max_records: int | None = None) -> list[dict]:
@@ -241,6 +265,65 @@ def _split_by_fraction(episodes: list[Episode], fraction: float, seed: int) -> t
     return split_episodes(episodes, fraction, seed) if fraction > 0 else (episodes, [])
 
 
+def load_corpora(cfg: RetrieverSynthConfig, load_stats: dict[str, LoadStats]) -> tuple[list[Episode], list[Episode]]:
+    """The train and held-out episodes of every configured corpus; empty corpora and splits are errors."""
+    train, held = [], []
+    unknown = [c for c in cfg.corpora if c not in ("locomo", "hotpotqa", "textworld")]
+    if unknown or not cfg.corpora:
+        raise ValueError(f"corpora: unknown {unknown}; choose from ['locomo', 'hotpotqa', 'textworld']")
+
+    def nonempty(eps: list[Episode], name: str, path) -> list[Episode]:
+        if not eps:
+            raise ValueError(f"corpus {name} ({path}): no episodes (empty corpus)")
+        return eps
+
+    if "locomo" in cfg.corpora:
+        st = load_stats.setdefault("locomo", LoadStats())
+        eps = nonempty(load_locomo(cfg.locomo_path, stats=st), "locomo", cfg.locomo_path or "bundled")
+        missing = sorted(set(cfg.eval_episodes) - {e.episode_id for e in eps})
+        if missing:
+            raise ValueError(f"eval_episodes {missing} are not LoCoMo conversations")
+        tr, ev = split_episodes(eps, eval_ids=list(cfg.eval_episodes))
+        train += tr
+        held += ev
+    if "hotpotqa" in cfg.corpora:
+        if not Path(cfg.hotpotqa_path).exists():
+            raise FileNotFoundError(f"hotpotqa_path {cfg.hotpotqa_path} does not exist (or drop 'hotpotqa' from corpora)")
+        eps = nonempty(load_hotpotqa(cfg.hotpotqa_path, stats=load_stats.setdefault("hotpotqa", LoadStats())),
+                       "hotpotqa", cfg.hotpotqa_path)
+        tr, ev = _split_by_fraction(eps, cfg.hotpotqa_eval_fraction, cfg.split_seed)
+        train += tr
+        held += ev
+    if "textworld" in cfg.corpora:
+        eps = nonempty(load_textworld(cfg.textworld_path, stats=load_stats.setdefault("textworld", LoadStats())),
+                       "textworld", cfg.textworld_path)
+        tr, ev = _split_by_fraction(eps, cfg.textworld_eval_fraction, cfg.split_seed)
+        train += tr
+        held += ev
+    for split, eps in (("train", train), ("eval", held)):
+        usable = sum(1 for ep in eps for qa in sample_qa(ep, cfg.max_qa_per_episode, cfg.seed)
+                     if evidence_problem(ep, qa)[0] is None)
+        if eps and not usable:  # an eval split with no episodes at all is a choice (fractions of 0)
+            raise ValueError(f"the {split} split would have 0 records: its {len(eps)} episode(s) "
+                             f"{[e.episode_id for e in eps][:5]} have no question with known evidence "
+                             f"(corpus counts: { {k: v.to_dict() for k, v in load_stats.items()} })"[:600])
+    if not train:
+        raise ValueError(f"the train split would have no episodes (corpora {cfg.corpora})")
+    return train, held
+
+
+def prepare(cfg: RetrieverSynthConfig) -> tuple[list[Episode], list[Episode], dict[str, LoadStats]]:
+    """Load and check the corpora, then (output lock held) check or reset an earlier run in output_dir."""
+    from data_synthesis.sufficiency import prepare_output
+
+    load_stats: dict[str, LoadStats] = {}
+    train_eps, eval_eps = load_corpora(cfg, load_stats)
+    fp = {k: v for k, v in asdict(cfg).items() if k not in NOT_FINGERPRINTED}
+    prepare_output(cfg.output_dir, fp, cfg.resume, resumable=["train.jsonl", "eval.jsonl"],
+                   derived=["stats.json", "manifest.json"], what="retriever synthesis")
+    return train_eps, eval_eps, load_stats
+
+
 class RetrieverSynthesizer:
     def __init__(self, cfg: RetrieverSynthConfig, retriever: HybridRetriever | None = None):
         self.cfg = cfg
@@ -254,33 +337,10 @@ class RetrieverSynthesizer:
         self.retriever = retriever
 
     def load(self, load_stats: dict[str, LoadStats]) -> tuple[list[Episode], list[Episode]]:
-        cfg = self.cfg
-        train, held = [], []
-        unknown = [c for c in cfg.corpora if c not in ("locomo", "hotpotqa", "textworld")]
-        if unknown or not cfg.corpora:
-            raise ValueError(f"corpora: unknown {unknown}; choose from ['locomo', 'hotpotqa', 'textworld']")
-        if "locomo" in cfg.corpora:
-            st = load_stats.setdefault("locomo", LoadStats())
-            eps = load_locomo(cfg.locomo_path, stats=st)
-            missing = sorted(set(cfg.eval_episodes) - {e.episode_id for e in eps})
-            if missing:
-                raise ValueError(f"eval_episodes {missing} are not LoCoMo conversations")
-            tr, ev = split_episodes(eps, eval_ids=list(cfg.eval_episodes))
-            train += tr
-            held += ev
-        if "hotpotqa" in cfg.corpora:
-            if not Path(cfg.hotpotqa_path).exists():
-                raise FileNotFoundError(f"hotpotqa_path {cfg.hotpotqa_path} does not exist (or drop 'hotpotqa' from corpora)")
-            eps = load_hotpotqa(cfg.hotpotqa_path, stats=load_stats.setdefault("hotpotqa", LoadStats()))
-            tr, ev = _split_by_fraction(eps, cfg.hotpotqa_eval_fraction, cfg.split_seed)
-            train += tr
-            held += ev
-        if "textworld" in cfg.corpora:
-            eps = load_textworld(cfg.textworld_path, stats=load_stats.setdefault("textworld", LoadStats()))
-            tr, ev = _split_by_fraction(eps, cfg.textworld_eval_fraction, cfg.split_seed)
-            train += tr
-            held += ev
-        return train, held
+        return load_corpora(self.cfg, load_stats)
+
+    def prepare(self) -> tuple[list[Episode], list[Episode], dict[str, LoadStats]]:
+        return prepare(self.cfg)
 
     def run_split(self, episodes: list[Episode], split: str, counts: Counter, skipped: dict[str, list[str]],
                   progress: bool = True) -> None:
@@ -314,12 +374,16 @@ class RetrieverSynthesizer:
                 bar.update(len(qas))
             bar.close()
 
-    def run(self, progress: bool = True) -> dict:
+    def run(self, progress: bool = True, lock: bool = True, prepared: tuple | None = None) -> dict:
+        """``lock``: hold the output directory's lock (False when the caller holds it); ``prepared``: the
+        result of :meth:`prepare` (made here when None)."""
         cfg = self.cfg
+        if lock:
+            with OutputLock(cfg.output_dir):
+                return self.run(progress, lock=False, prepared=prepared)
         out = Path(cfg.output_dir)
         out.mkdir(parents=True, exist_ok=True)
-        load_stats: dict[str, LoadStats] = {}
-        train_eps, eval_eps = self.load(load_stats)
+        train_eps, eval_eps, load_stats = prepared if prepared is not None else self.prepare()
         atomic_write_json(out / "manifest.json", {
             "format": FORMAT, "schema_version": SCHEMA_VERSION, "config": asdict(cfg),
             "train_episodes": [e.episode_id for e in train_eps], "eval_episodes": [e.episode_id for e in eval_eps]})
@@ -329,6 +393,10 @@ class RetrieverSynthesizer:
         self.run_split(eval_eps, "eval", counts, skipped, progress)
         stats = summarize(out, load_stats, counts, skipped)
         atomic_write_json(out / "stats.json", stats)
+        for split, eps in (("train", train_eps), ("eval", eval_eps)):
+            if eps and not stats[split]["records"]:
+                raise ValueError(f"{out / (split + '.jsonl')}: the {split} split ended with 0 records; "
+                                 f"see {out / 'stats.json'}")
         return stats
 
 
@@ -374,8 +442,10 @@ def main(argv=None) -> dict:
     from train.config import parse_config, save_resolved_config
 
     (cfg,) = parse_config(make_parser(), [RetrieverSynthConfig], argv)
-    save_resolved_config(cfg.output_dir, cfg)
-    stats = RetrieverSynthesizer(cfg).run()
+    with OutputLock(cfg.output_dir):  # before anything is loaded or written: a second run fails at once
+        prepared = prepare(cfg)
+        save_resolved_config(cfg.output_dir, cfg)
+        stats = RetrieverSynthesizer(cfg).run(lock=False, prepared=prepared)
     print({s: {"records": stats[s]["records"], "mean_positives": round(stats[s]["positives"]["mean"], 2),
                "mean_negatives": round(stats[s]["negatives"]["mean"], 2)} for s in ("train", "eval")},
           {"skipped": {k: v for k, v in stats["skipped"].items() if not k.endswith("_ids")}})

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from data_synthesis.corpora import load_corpus, sample_qa, split_episodes
-from data_synthesis.jsonl import ResumableJsonlWriter, atomic_write_json, read_jsonl
+from data_synthesis.jsonl import OutputLock, ResumableJsonlWriter, atomic_write_json, read_jsonl
 from eval.qa_scoring import answers_correctly, normalize_answer
 from routers.memory.retrieval import HybridRetriever, render_context, retrieval_prefix, tokenize
 from routers.memory.schema import QA, Episode, LoadStats, Step
@@ -83,6 +83,83 @@ class SufficiencySynthConfig:
     prefix_encoder: str | None = field(default=None, metadata={
         "help": "encoder of the shared retrieval prefix (e.g. a trained retriever export); None = `encoder`"})
     prefix_dense_weight: float = field(default=0.5, metadata={"help": "dense share of the prefix's hybrid score"})
+    resume: str = field(default="auto", metadata={
+        "help": "auto: continue the files in output_dir (same data settings only) | never: start over"})
+
+    def __post_init__(self):
+        from train.checkpoints import check_resume_value
+
+        check_resume_value(self.resume)
+        if self.corpus not in CORPORA:
+            raise ValueError(f"unknown corpus {self.corpus!r}; choose {', '.join(map(repr, CORPORA))}")
+        if not 0.0 < self.eval_fraction < 1.0:
+            raise ValueError(f"eval_fraction must be in (0, 1), got {self.eval_fraction}")
+        if self.eval_episodes is not None and not self.eval_episodes:
+            raise ValueError("eval_episodes is an empty list: name the held-out episodes, or leave it unset "
+                             "to hold out eval_fraction of them")
+        check_positive(self, "max_qa_per_episode", "max_eval_qa_per_episode", "qa_chunk", "answer_batch_size",
+                       "hard_pool")
+        check_non_negative(self, "distractors_min", "distractors_max", "entity_bonus")
+        if self.distractors_min > self.distractors_max:
+            raise ValueError(f"distractors_min ({self.distractors_min}) > distractors_max ({self.distractors_max})")
+        check_unit_interval(self, "positive_hard_fraction", "answer_f1_threshold", "prefix_dense_weight")
+        bad = [k for k in self.prefix_top_k if isinstance(k, bool) or not isinstance(k, int) or k < 1]
+        if bad:
+            raise ValueError(f"prefix_top_k values must be integers >= 1, got {bad}")
+        if not self.intervention_samples and not self.prefix_top_k:
+            raise ValueError("intervention_samples is false and prefix_top_k is empty: no sample would be made; "
+                             "set prefix_top_k (e.g. [3, 5]) or intervention_samples: true")
+
+
+CORPORA = ("locomo", "hotpotqa", "textworld")
+# options that only change batching / where the files go, not which records are made
+NOT_FINGERPRINTED = ("output_dir", "qa_chunk", "answer_batch_size", "resume")
+
+
+def check_positive(cfg, *names: str) -> None:
+    """Each named option is None (when allowed by its default) or an integer >= 1."""
+    for name in names:
+        v = getattr(cfg, name)
+        if v is not None and v < 1:
+            raise ValueError(f"{name} must be >= 1, got {v}")
+
+
+def check_non_negative(cfg, *names: str) -> None:
+    for name in names:
+        v = getattr(cfg, name)
+        if v is not None and v < 0:
+            raise ValueError(f"{name} must be >= 0, got {v}")
+
+
+def check_unit_interval(cfg, *names: str) -> None:
+    for name in names:
+        v = getattr(cfg, name)
+        if not 0.0 <= v <= 1.0:  # also false for NaN
+            raise ValueError(f"{name} must be in [0, 1], got {v}")
+
+
+def prepare_output(output_dir: str | os.PathLike, fingerprint: dict, resume: str, resumable: list[str],
+                   derived: list[str] = (), what: str = "synthesis") -> bool:
+    """Before a synthesis job writes into ``output_dir`` (with its lock held): with ``resume: never`` remove
+    the earlier run's files (``resumable`` record files, ``derived`` summaries/directories and the
+    fingerprint) so the run starts over; otherwise, when a non-empty ``resumable`` file exists, refuse
+    settings whose ``fingerprint`` differs from the stored one (naming each key). Returns True when resuming."""
+    import shutil
+
+    from train.checkpoints import FINGERPRINT_FILE, check_resume_value, check_run_fingerprint
+
+    check_resume_value(resume)
+    out = Path(output_dir)
+    if resume == "never":
+        for name in [*resumable, *derived, FINGERPRINT_FILE]:
+            path = out / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+    resuming = any((out / n).is_file() and (out / n).stat().st_size > 0 for n in resumable)
+    check_run_fingerprint(out, fingerprint, resuming, what=what)
+    return resuming
 
 
 def validate_sample(rec: dict) -> None:
@@ -307,6 +384,12 @@ class SufficiencySynthesizer:
                     built = build_candidates(ep, qa, self.cfg, self.miner) if self.cfg.intervention_samples else []
                     if self.prefix_retriever is not None:
                         built += [c for c in [build_prefix_candidate(ep, qa, self.cfg, self.prefix_retriever)] if c]
+                    # a sample the trainer would refuse (validate_sample): an empty question, or an empty
+                    # context (a "none" negative in an episode with no step besides the evidence)
+                    for why, bad in (("empty_question", [c for c in built if not c["question"].strip()]),
+                                     ("empty_context", [c for c in built if not c["context"].strip()])):
+                        counts[f"skipped_{why}"] += len(bad)
+                    built = [c for c in built if c["question"].strip() and c["context"].strip()]
                     cands = [c for c in built if c["id"] not in done]
                     candidates.extend(cands)
                     counts["resumed_skip"] += len(built) - len(cands)
@@ -322,21 +405,80 @@ class SufficiencySynthesizer:
             bar.close()
         return counts
 
-    def run(self, progress: bool = True) -> dict:
+    def run(self, progress: bool = True, lock: bool = True, plan: "Plan | None" = None) -> dict:
+        """Synthesize both splits. ``lock``: hold the output directory's lock for the run (False when the
+        caller already holds it, e.g. :func:`main`); ``plan``: the result of :func:`prepare` (made here
+        when None)."""
         cfg = self.cfg
+        if lock:
+            with OutputLock(cfg.output_dir):
+                return self.run(progress, lock=False, plan=plan)
+        if plan is None:
+            plan = prepare(cfg)
         out = Path(cfg.output_dir)
         out.mkdir(parents=True, exist_ok=True)
-        load_stats = LoadStats()
-        episodes = load_corpus(cfg.corpus, cfg.corpus_path, stats=load_stats)
-        train_eps, eval_eps = split_episodes(episodes, cfg.eval_fraction, cfg.split_seed, cfg.eval_episodes)
+        train_eps, eval_eps = plan.train, plan.eval
         atomic_write_json(out / "manifest.json", {
             "format": FORMAT, "schema_version": SCHEMA_VERSION, "config": asdict(cfg),
             "train_episodes": [e.episode_id for e in train_eps], "eval_episodes": [e.episode_id for e in eval_eps]})
-        self.run_split(train_eps, "train", cfg.max_qa_per_episode, progress)
-        self.run_split(eval_eps, "eval", cfg.max_eval_qa_per_episode, progress)
-        stats = summarize(out, load_stats)
+        counts = self.run_split(train_eps, "train", cfg.max_qa_per_episode, progress)
+        counts += self.run_split(eval_eps, "eval", cfg.max_eval_qa_per_episode, progress)
+        stats = summarize(out, plan.load_stats)
+        stats["this_run"] = dict(counts)
         atomic_write_json(out / "stats.json", stats)
+        for split in ("train", "eval"):
+            if not stats[split]["samples"]:
+                raise ValueError(f"{out / (split + '.jsonl')}: the {split} split ended with 0 samples "
+                                 f"(this run: {dict(counts)}); see {out / 'stats.json'}")
         return stats
+
+
+@dataclass
+class Plan:
+    """What a run will synthesize: the split episodes (checked non-empty) and the loader's counts."""
+
+    train: list[Episode]
+    eval: list[Episode]
+    load_stats: LoadStats
+
+
+def _corpus_name(cfg: SufficiencySynthConfig) -> str:
+    return f"corpus {cfg.corpus!r}" + (f" ({cfg.corpus_path})" if cfg.corpus_path else "")
+
+
+def prepare(cfg: SufficiencySynthConfig) -> Plan:
+    """Load and split the corpus and refuse input that would give an empty split, then (output lock held)
+    check or reset the earlier run in ``output_dir`` (:func:`prepare_output`). Writes nothing but the
+    fingerprint, so a bad corpus or option fails before any record is written."""
+    load_stats = LoadStats()
+    episodes = load_corpus(cfg.corpus, cfg.corpus_path, stats=load_stats)
+    name = _corpus_name(cfg)
+    if not episodes:
+        raise ValueError(f"{name}: no episodes (empty corpus)")
+    if not any(ep.qa for ep in episodes):
+        st = load_stats
+        raise ValueError(f"{name}: no usable question in {len(episodes)} episode(s): {st.skipped_no_evidence} "
+                         f"without evidence, {st.skipped_unknown_evidence} whose evidence ids are all unknown "
+                         f"(e.g. {st.unknown_evidence_ids[:3]})")
+    if cfg.eval_episodes is not None:
+        known = {e.episode_id for e in episodes}
+        unknown = sorted(set(cfg.eval_episodes) - known)
+        if unknown:
+            raise ValueError(f"eval_episodes {unknown} are not episodes of {name} (it has "
+                             f"{sorted(known)[:8]}{' ...' if len(known) > 8 else ''})")
+    train_eps, eval_eps = split_episodes(episodes, cfg.eval_fraction, cfg.split_seed, cfg.eval_episodes)
+    for split, eps, cap in (("train", train_eps, cfg.max_qa_per_episode), ("eval", eval_eps, cfg.max_eval_qa_per_episode)):
+        if not eps:
+            why = (f"{name} has only {len(episodes)} episode(s), and an episode is never split between train and eval"
+                   if len(episodes) < 2 else "eval_episodes names every episode of the corpus")
+            raise ValueError(f"the {split} split would have no episodes: {why}")
+        if not sum(len(sample_qa(ep, cap, cfg.seed)) for ep in eps):
+            raise ValueError(f"the {split} split would have 0 samples: its {len(eps)} episode(s) "
+                             f"{[e.episode_id for e in eps][:5]} have no usable question")
+    fp = {k: v for k, v in asdict(cfg).items() if k not in NOT_FINGERPRINTED}
+    prepare_output(cfg.output_dir, fp, cfg.resume, resumable=["train.jsonl", "eval.jsonl", "discarded.jsonl"],
+                   derived=["stats.json", "manifest.json"], what="sufficiency synthesis")
+    return Plan(train_eps, eval_eps, load_stats)
 
 
 def summarize(out: Path, load_stats: LoadStats | None = None) -> dict:
@@ -373,8 +515,10 @@ def main(argv=None) -> dict:
     from train.config import parse_config, save_resolved_config
 
     (cfg,) = parse_config(make_parser(), [SufficiencySynthConfig], argv)
-    save_resolved_config(cfg.output_dir, cfg)
-    stats = SufficiencySynthesizer(cfg).run()
+    with OutputLock(cfg.output_dir):  # before anything is loaded or written: a second run fails at once
+        plan = prepare(cfg)
+        save_resolved_config(cfg.output_dir, cfg)
+        stats = SufficiencySynthesizer(cfg).run(lock=False, plan=plan)
     print({k: {kk: vv for kk, vv in v.items() if kk in ("samples", "positives", "negatives")}
            for k, v in stats.items() if k in ("train", "eval")}, stats["discarded_by_answer_models"])
     return stats

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_synthesis.jsonl import RecordError, ResumableJsonlWriter, atomic_write_json, read_jsonl
+from data_synthesis.jsonl import OutputLock, ResumableJsonlWriter, atomic_write_json, read_jsonl
 from data_synthesis.textworld_qa import CATEGORIES, DIRECTIONS, World, generate_qa
 from routers.memory.schema import SCHEMA_VERSION, Episode, LoadStats, Step
 
@@ -72,8 +72,19 @@ class TextWorldCorpusConfig:
     questions_per_type: int = field(default=8, metadata={"help": "QA per category per game"})
     state_probes: int = field(default=12, metadata={"help": "steps k sampled for 'state after step k' questions"})
     keep_game_files: bool = field(default=True, metadata={"help": "keep games/<id>.z8/.json/.ni"})
+    resume: str = field(default="auto", metadata={
+        "help": "auto: continue the games in output_dir (same settings only) | never: start over"})
 
     def __post_init__(self):
+        from train.checkpoints import check_resume_value
+
+        check_resume_value(self.resume)
+        for name, low in (("n_games", 0), ("min_steps", 0), ("max_steps", 1), ("questions_per_type", 1),
+                          ("state_probes", 0)):
+            if getattr(self, name) < low:
+                raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
+        if not 0.0 <= self.noise_prob <= 1.0:
+            raise ValueError(f"noise_prob must be in [0, 1], got {self.noise_prob}")
         if self.challenge != "tw-cooking":
             raise ValueError(f"challenge {self.challenge!r}: only 'tw-cooking' is supported")
         bad = [g for g in self.go if g not in (1, 6, 9, 12)]
@@ -289,7 +300,29 @@ def build_episode(cfg: TextWorldCorpusConfig, index: int, games_dir: Path) -> tu
 
 
 # -- the job -------------------------------------------------------------------------------------------
-def run(cfg: TextWorldCorpusConfig, progress: bool = True) -> dict:
+# settings that do not change what a game is: more games extend the same corpus
+NOT_FINGERPRINTED = ("output_dir", "n_games", "resume")
+
+
+def fingerprint(cfg: TextWorldCorpusConfig) -> dict:
+    return {k: v for k, v in asdict(cfg).items() if k not in NOT_FINGERPRINTED}
+
+
+def prepare(cfg: TextWorldCorpusConfig) -> None:
+    """Refuse to extend ``episodes.jsonl`` written with other settings (unless ``resume: never``, which
+    starts over) and record the settings. Call with the output lock held."""
+    from data_synthesis.sufficiency import prepare_output
+
+    prepare_output(cfg.output_dir, fingerprint(cfg), cfg.resume, resumable=[EPISODES_FILE],
+                   derived=["stats.json", "manifest.json", "games"], what="TextWorld corpus")
+
+
+def run(cfg: TextWorldCorpusConfig, progress: bool = True, lock: bool = True) -> dict:
+    """Generate the corpus. ``lock``: hold the output directory's lock (False when the caller holds it)."""
+    if lock:
+        with OutputLock(cfg.output_dir):
+            prepare(cfg)
+            return run(cfg, progress, lock=False)
     from tqdm.auto import tqdm
 
     out = Path(cfg.output_dir)
@@ -339,14 +372,44 @@ def summarize(out: Path, this_run: dict | None = None) -> dict:
 
 
 # -- loader --------------------------------------------------------------------------------------------
+def check_schema_version(rec: dict, newest: int = SCHEMA_VERSION) -> None:
+    """``schema_version`` must be an integer no newer than this reader (a string like "1" is an error)."""
+    v = rec.get("schema_version", newest)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"schema_version must be an integer, got {v!r:.40}")
+    if v > newest:
+        raise ValueError(f"schema_version {v} is newer than this reader ({newest})")
+
+
 def _validate(rec: dict) -> None:
-    if rec.get("schema_version", SCHEMA_VERSION) > SCHEMA_VERSION:
-        raise ValueError(f"schema_version {rec['schema_version']} is newer than this reader ({SCHEMA_VERSION})")
+    check_schema_version(rec)
     if not isinstance(rec["steps"], list) or not rec["steps"]:
         raise ValueError("steps must be a non-empty list")
     if not isinstance(rec.get("qa", []), list):
         raise ValueError("qa must be a list")
-    Episode.from_dict(rec)  # raises TypeError/KeyError on a malformed step or QA
+    Episode.from_dict(rec)  # raises ValueError naming the step / question and field
+
+
+def _episode_validator():
+    """``_validate`` plus ids unique across the file: a repeated episode_id, or a qa_id that another episode
+    already used (sample ids are built from qa ids, so a repeat would silently lose a question). Run inside
+    ``read_jsonl``, so the error names the real line."""
+    episodes: set[str] = set()
+    qa_owner: dict[str, str] = {}
+
+    def validate(rec: dict) -> None:
+        _validate(rec)
+        eid = rec["episode_id"]
+        if eid in episodes:
+            raise ValueError(f"duplicate episode_id {eid!r}")
+        for i, q in enumerate(rec.get("qa", [])):
+            if q["qa_id"] in qa_owner:
+                raise ValueError(f"qa #{i}: duplicate qa_id {q['qa_id']!r} (already used by episode "
+                                 f"{qa_owner[q['qa_id']]!r})")
+        episodes.add(eid)
+        qa_owner.update((q["qa_id"], eid) for q in rec.get("qa", []))
+
+    return validate
 
 
 def load_textworld(path: str | os.PathLike, stats: LoadStats | None = None) -> list[Episode]:
@@ -357,13 +420,9 @@ def load_textworld(path: str | os.PathLike, stats: LoadStats | None = None) -> l
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist (generate it with `memroute synth textworld`)")
     stats = stats if stats is not None else LoadStats()
-    episodes, ids = [], set()
-    for lineno, rec in enumerate(read_jsonl(path, required=("schema_version", "episode_id", "steps"),
-                                            validate=_validate), start=1):
+    episodes = []
+    for rec in read_jsonl(path, required=("schema_version", "episode_id", "steps"), validate=_episode_validator()):
         ep = Episode.from_dict(rec)
-        if ep.episode_id in ids:
-            raise RecordError(path, _line_of(path, ep.episode_id, 2), f"duplicate episode_id {ep.episode_id!r}")
-        ids.add(ep.episode_id)
         kept = []
         for q in ep.qa:
             unknown = [e for e in q.evidence if not ep.has_step(e)]
@@ -382,18 +441,6 @@ def load_textworld(path: str | os.PathLike, stats: LoadStats | None = None) -> l
     return episodes
 
 
-def _line_of(path: Path, eid: str, occurrence: int) -> int:
-    """1-based line of the ``occurrence``-th record with ``episode_id == eid`` (for error messages)."""
-    n = 0
-    with open(path, encoding="utf-8") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if f'"episode_id": "{eid}"' in raw:
-                n += 1
-                if n == occurrence:
-                    return lineno
-    return 0
-
-
 def make_parser():
     from train.config import make_arg_parser
 
@@ -405,8 +452,10 @@ def main(argv=None) -> dict:
     from train.config import parse_config, save_resolved_config
 
     (cfg,) = parse_config(make_parser(), [TextWorldCorpusConfig], argv)
-    save_resolved_config(cfg.output_dir, cfg)
-    stats = run(cfg)
+    with OutputLock(cfg.output_dir):
+        prepare(cfg)
+        save_resolved_config(cfg.output_dir, cfg)
+        stats = run(cfg, lock=False)
     print({"games": stats["games"], "steps_mean": round(stats["steps"]["mean"], 1), "qa": stats["qa"]["by_category"],
            "won": stats["won"], "this_run": stats["this_run"]})
     return stats

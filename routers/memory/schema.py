@@ -100,13 +100,25 @@ def _check_episode_dict(d) -> None:
         if (key in d or key in ("episode_id", "steps")) and not isinstance(d.get(key), kind):
             raise ValueError(f"episode field {key!r} must be a {kind.__name__}, got {d.get(key)!r:.60}")
     seen: set[str] = set()
+    last_index = None
     for i, s in enumerate(d["steps"]):
         _check_item(s, Step, f"step #{i}")
         if s["step_id"] in seen:
             raise ValueError(f"step #{i}: duplicate step_id {s['step_id']!r}")
         seen.add(s["step_id"])
+        # ``index`` is the temporal rank: contexts are ordered by it and windows are taken in list order, so
+        # a repeated or decreasing index would silently reorder (or merge) memory
+        if last_index is not None and s["index"] <= last_index:
+            kind = "duplicate" if s["index"] == last_index else "decreasing"
+            raise ValueError(f"step #{i} ({s['step_id']!r}): {kind} index {s['index']} (the previous step has "
+                             f"{last_index}); steps must be listed in strictly increasing index order")
+        last_index = s["index"]
+    qa_ids: set[str] = set()
     for i, q in enumerate(d.get("qa", [])):
         _check_item(q, QA, f"qa #{i}")
+        if q["qa_id"] in qa_ids:  # sample ids are built from qa ids: a repeat would silently lose a question
+            raise ValueError(f"qa #{i}: duplicate qa_id {q['qa_id']!r}")
+        qa_ids.add(q["qa_id"])
 
 
 @dataclass
