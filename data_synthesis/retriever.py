@@ -240,12 +240,28 @@ def validate_record(rec: dict) -> None:
 
 
 def read_retriever_records(path: str | Path, max_records: int | None = None) -> list[dict]:
-    """Validated records (a malformed one raises ``RecordError`` naming file and line)."""
+    """Validated records (a malformed one raises ``RecordError`` naming file and line; a repeated id is one,
+    since it would be trained on twice)."""
+    if max_records is not None and (isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1):
+        raise ValueError(f"max_records must be a positive integer or None, got {max_records!r}")
+    seen: set = set()
+
+    def validate(rec: dict) -> None:
+        validate_record(rec)
+        if rec["id"] in seen:
+            raise ValueError(f"duplicate id {rec['id']!r:.80}")
+        seen.add(rec["id"])
+
     out = []
-    for rec in read_jsonl(path, required=RECORD_FIELDS, validate=validate_record):
-        out.append(rec)
-        if max_records is not None and len(out) >= max_records:
-            break
+    try:
+        for rec in read_jsonl(path, required=RECORD_FIELDS, validate=validate):
+            out.append(rec)
+            if max_records is not None and len(out) >= max_records:
+                break
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: retriever record file not found") from None
+    except IsADirectoryError:
+        raise ValueError(f"{path}: is a directory, not a JSONL record file") from None
     if not out:
         raise ValueError(f"{path}: no retriever records")
     return out

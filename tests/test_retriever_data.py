@@ -192,3 +192,20 @@ def test_bad_config_and_malformed_records(tmp_path):
     path.write_text(json.dumps({**good, "positive_ids": []}) + "\n")
     with pytest.raises(RecordError, match="same length"):
         read_retriever_records(path)
+
+
+def test_record_reader_rejects_duplicates_bad_caps_and_names_missing_files(tmp_path):
+    good = {"id": "a", "qa_id": "a", "episode_id": "e", "query": "q?", "positives": ["p"], "negatives": [],
+            "positive_ids": ["p1"], "negative_ids": []}
+    path = tmp_path / "dup.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "query": "other?"}) + "\n")
+    with pytest.raises(RecordError, match="duplicate id 'a'") as err:
+        read_retriever_records(path)
+    assert err.value.line == 2
+    for bad in (0, -1, True):
+        with pytest.raises(ValueError, match="max_records"):
+            read_retriever_records(path, max_records=bad)
+    with pytest.raises(FileNotFoundError, match="missing.jsonl: retriever record file not found"):
+        read_retriever_records(tmp_path / "missing.jsonl")
+    with pytest.raises(ValueError, match="is a directory"):
+        read_retriever_records(tmp_path)
