@@ -30,6 +30,13 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from routers.base import git_revision, library_versions, write_json
+from routers.memagent import prompts as P
+from routers.memagent.protocol import Preview, Task, Trajectory, TrajectoryStep
+from routers.models import bf16_supported, default_device, minilm_path, resolve_causal_lm
+
+# The routers and trainers (torch, transformers, peft, sentence-transformers) are imported by the check
+# that uses them, after these defaults are set.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -84,9 +91,6 @@ class ToyProvider:
 
 def memagent_toy(providers: dict) -> dict[str, list[dict]]:
     """Begin / In / End prompt-completion records in the exploration output schema."""
-    from routers.memagent import prompts as P
-    from routers.memagent.protocol import Preview, Task, Trajectory, TrajectoryStep
-
     goals = ["Cook the egg.", "Open the chest.", "Water the plant.", "Fix the lamp."]
     names = list(providers)
     rec = {"begin": [], "in": [], "end": []}
@@ -243,7 +247,6 @@ def check_retriever(work: Path, encoder: str, common: list[str], device: str) ->
 
 
 def check_memagent(work: Path, llama: str, common: list[str], device: str) -> dict:
-    from routers.memagent.protocol import Preview, Task, Trajectory, TrajectoryStep
     from routers.memagent.router import MemAgentRouter
     from train.memagent import main as train_main
 
@@ -290,8 +293,6 @@ def _verdict(r: dict, want_bf16: bool, device: str) -> list[str]:
 def machine_facts() -> dict:
     import torch
 
-    from routers.base import git_revision, library_versions
-
     facts = {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch_cuda": torch.version.cuda,
              "library_versions": library_versions(), "git_revision": git_revision()}
     if torch.cuda.is_available():
@@ -317,8 +318,6 @@ def make_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> dict:
     args = make_parser().parse_args(argv)
     import torch
-
-    from routers.models import bf16_supported, default_device, minilm_path, resolve_causal_lm
 
     device = default_device()
     want_bf16 = bf16_supported() if args.bf16 == "auto" else args.bf16 == "true"
@@ -348,8 +347,6 @@ def main(argv=None) -> dict:
             if device == "cuda":
                 result["peak_gpu_memory_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
     report["ok"] = all(r["ok"] for r in report["routers"].values())
-    from routers.base import write_json
-
     write_json(out_dir / "device_check.json", report)
     print(f"{'router':<12} {'ok':<4} {'device':<8} {'precision':<9} {'steps':>5} {'s/step':>7} {'loss':>15} "
           f"{'reload exact':>12} {'|dev-cpu|':>9}")

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
 
+from routers.base import git_revision, library_versions
+from routers.models import MissingPackageError, bf16_supported, cache_dir, minilm_path, smollm2_gguf_path
+
 
 def collect() -> dict:
-    from routers.base import git_revision, library_versions
-    from routers.models import MissingPackageError, cache_dir, minilm_path, smollm2_gguf_path
-
     info: dict = {"platform": platform.platform(), "machine": platform.machine(), "cpu_count": os.cpu_count(),
                   "versions": library_versions(), "git_revision": git_revision()}
     try:
@@ -21,8 +22,6 @@ def collect() -> dict:
                            "bf16_cuda": torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
                            "mps": bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()),
                            "torch_threads": torch.get_num_threads()}
-        from routers.models import bf16_supported
-
         info["devices"]["bf16_native"] = bf16_supported()  # CUDA bf16, or a CPU with AVX512-BF16 / AMX
         import torch.distributed as dist
 
@@ -32,8 +31,6 @@ def collect() -> dict:
                                "launched_world_size": int(os.environ.get("WORLD_SIZE", "1") or 1)}
     except ImportError:
         info["devices"] = "torch not installed"
-    import importlib.util
-
     # The GPU path: bf16 autocast (--bf16 true) and flash attention when the package is installed
     # (attn_implementation "auto" picks flash_attention_2 on CUDA then).
     info["attention"] = {"flash_attn_installed": importlib.util.find_spec("flash_attn") is not None}

@@ -1,6 +1,6 @@
 """Evaluate the MemAgent router on held-out tasks against no memory, single providers, random and the oracle.
 
-    memroute eval memagent configs/memagent_eval.yaml [--max_tasks 8 ...]
+    memroute eval memagent configs/memagent/eval/default.yaml [--max_tasks 8 ...]
 
 Two sources, both on the held-out split with the long-term stores **frozen** (built from training tasks
 only; nothing is stored while evaluating, so every row sees the same memory and End is not exercised):
@@ -24,17 +24,32 @@ task), ``begin_confusion.png``, ``coverage.png`` and ``resolved_config.yaml`` in
 
 from __future__ import annotations
 
+import json
 import sys
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
-from data_synthesis.jsonl import ResumableJsonlWriter, atomic_write_json, read_jsonl
-from routers.memagent.prompts import NONE
+from tqdm.auto import tqdm
 
-EXPLORATION_FIELDS = ("task_id", "begin_provider", "in_policy", "success", "steps")
+import data_synthesis.memagent as exploration  # module attributes: tests replace build_providers_from
+from data_synthesis.jsonl import OutputLock, ResumableJsonlWriter, atomic_write_json, read_jsonl
+from eval.memagent_metrics import (EXPLORATION_FIELDS, baseline_rows, begin_accuracy, complete_tasks,
+                                   coverage_distribution, evaluate, load_all_outcomes, load_outcomes, offline_begin,
+                                   option_label, oracle_any, oracle_option, overhead, routed_metrics, row_metrics)
+from routers.base import library_versions
+from routers.memagent.agent import run_episode
+from routers.memagent.providers import ProviderProbe, ShortTermMemory, load_providers
+from routers.memagent.router import MemAgentRouter
+from train.config import ConfigError, load_yaml, make_arg_parser, parse_config, save_resolved_config
+
+__all__ = [  # the metrics live in eval.memagent_metrics; they are re-exported here for existing callers
+    "EXPLORATION_FIELDS", "MemAgentEvalConfig", "RolloutContext", "baseline_rows", "begin_accuracy",
+    "build_rollout_context", "complete_tasks", "coverage_distribution", "evaluate", "exploration_config",
+    "load_all_outcomes", "load_outcomes", "main", "make_parser", "offline_begin", "option_label", "oracle_any",
+    "oracle_option", "overhead", "routed_metrics", "routed_rollout", "row_metrics", "run_routed", "write_plots",
+]
 
 
 @dataclass
@@ -69,27 +84,11 @@ class MemAgentEvalConfig:
 
 
 def make_parser():
-    from train.config import make_arg_parser
-
     return make_arg_parser([MemAgentEvalConfig], prog="memroute eval memagent",
                            description="Routed agent vs no memory / single providers / random / oracle on held-out tasks.")
 
 
-# -- exploration records -----------------------------------------------------------------------------
-def _validate_exploration(rec: dict) -> None:
-    if not isinstance(rec["task_id"], str) or not rec["task_id"]:
-        raise ValueError("task_id must be a non-empty string")
-    if rec["begin_provider"] is not None and not isinstance(rec["begin_provider"], str):
-        raise ValueError(f"begin_provider must be a provider name or null, got {rec['begin_provider']!r}")
-    if not isinstance(rec["success"], bool):
-        raise ValueError(f"success must be true or false, got {rec['success']!r}")
-    if not isinstance(rec["steps"], int) or rec["steps"] < 0:
-        raise ValueError(f"steps must be a non-negative integer, got {rec['steps']!r}")
-    tokens = rec.get("injected_tokens", 0)
-    if not isinstance(tokens, int) or tokens < 0:
-        raise ValueError(f"injected_tokens must be a non-negative integer, got {tokens!r}")
-
-
+# -- heldout/tasks.jsonl -----------------------------------------------------------------------------
 def _validate_retrieved(rec: dict) -> None:
     """heldout/tasks.jsonl ``retrieved``: {provider: {"text": str, ...}}."""
     if not isinstance(rec["task_id"], str) or not rec["task_id"]:
@@ -111,175 +110,6 @@ def _validate_task_record(rec: dict) -> None:
         raise ValueError("previews must be a list of objects with a 'provider'")
 
 
-def load_outcomes(path: str, in_policy: str) -> tuple[dict[str, dict[str | None, dict]], list[str]]:
-    """{task_id: {option: record}} for one In policy, and the provider names seen (first-seen order).
-
-    A malformed record, or a second record for the same (task, option, policy), names file:line.
-    """
-    table: dict[str, dict[str | None, dict]] = {}
-    providers: list[str] = []
-
-    def validate(rec):
-        _validate_exploration(rec)
-        if rec["in_policy"] == in_policy and rec["begin_provider"] in table.get(rec["task_id"], {}):
-            raise ValueError(f"duplicate record for task {rec['task_id']!r}, option {rec['begin_provider']!r}, "
-                             f"in_policy {in_policy!r}")
-        table.setdefault(rec["task_id"], {})
-        if rec["in_policy"] == in_policy:
-            table[rec["task_id"]][rec["begin_provider"]] = rec
-
-    for rec in read_jsonl(path, required=EXPLORATION_FIELDS, validate=validate):
-        p = rec["begin_provider"]
-        if p is not None and p not in providers:
-            providers.append(p)
-    table = {t: row for t, row in table.items() if row}
-    if not table:
-        raise ValueError(f"{path}: no exploration records with in_policy={in_policy!r}")
-    return table, providers
-
-
-def load_all_outcomes(path: str) -> tuple[dict[str, dict], list[str]]:
-    """{in_policy: table} for every In policy in the file, and the provider pool (first-seen order)."""
-    policies: list[str] = []
-    def validate(rec):
-        if not isinstance(rec["in_policy"], str) or not rec["in_policy"]:
-            raise ValueError(f"in_policy must be a non-empty string, got {rec['in_policy']!r:.60}")
-
-    for rec in read_jsonl(path, required=("in_policy",), validate=validate):
-        if rec["in_policy"] not in policies:
-            policies.append(rec["in_policy"])
-    tables, pool = {}, []
-    for pol in policies:
-        tables[pol], pool = load_outcomes(path, pol)
-    return tables, pool
-
-
-def complete_tasks(table: Mapping[str, Mapping], options: Sequence[str | None]) -> list[str]:
-    """Tasks that have a record for every option (only those enter the comparison)."""
-    return [t for t, row in table.items() if all(o in row for o in options)]
-
-
-# -- metrics -----------------------------------------------------------------------------------------
-def option_label(option: str | None) -> str:
-    return NONE if option is None else option
-
-
-def _mean(xs: Sequence[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None
-
-
-def row_metrics(records: Sequence[Mapping]) -> dict:
-    return {"tasks": len(records), "success_rate": _mean([float(r["success"]) for r in records]),
-            "avg_steps": _mean([r["steps"] for r in records]),
-            "injected_tokens_per_task": _mean([r.get("injected_tokens", 0) for r in records]),
-            "errors": sum(1 for r in records if r.get("error"))}
-
-
-def oracle_option(row: Mapping[str | None, Mapping], options: Sequence[str | None]) -> str | None:
-    """Best solving option: fewest steps, then fewest injected tokens, then pool order (None first)."""
-    solving = [(row[o]["steps"], row[o].get("injected_tokens", 0), i, o) for i, o in enumerate(options)
-               if row[o]["success"]]
-    if not solving:
-        raise ValueError("no option solves this task")
-    return min(solving)[3]
-
-
-def baseline_rows(table: Mapping[str, Mapping], options: Sequence[str | None], tasks: Sequence[str]) -> dict:
-    """No memory, each provider, random (exact expectation over a uniform choice) and the oracle ceiling."""
-    rows = {option_label(o): row_metrics([table[t][o] for t in tasks]) for o in options}
-    k = len(options)
-    rows["random"] = {
-        "tasks": len(tasks),
-        "success_rate": _mean([sum(table[t][o]["success"] for o in options) / k for t in tasks]),
-        "avg_steps": _mean([sum(table[t][o]["steps"] for o in options) / k for t in tasks]),
-        "injected_tokens_per_task": _mean([sum(table[t][o].get("injected_tokens", 0) for o in options) / k
-                                           for t in tasks]),
-        "errors": sum(1 for t in tasks for o in options if table[t][o].get("error"))}
-    chosen = []
-    for t in tasks:
-        row = table[t]
-        solvable = any(row[o]["success"] for o in options)
-        chosen.append(row[oracle_option(row, options)] if solvable else row[None])
-    rows["oracle"] = {**row_metrics(chosen), "note": "per task the oracle option; unsolvable tasks count the "
-                                                      "no-memory rollout"}
-    return rows
-
-
-def coverage_distribution(table: Mapping[str, Mapping], options: Sequence[str | None], tasks: Sequence[str]) -> dict:
-    """Paper Table 13: how many of the options solve each task, as a histogram and in the paper's buckets.
-
-    Buckets for N options: 0 (unsolvable), 1-2 (routing-critical), 3..ceil(N/2)-1, ceil(N/2)..N-1, N (all);
-    for N = 14 these are the paper's 0 / 1-2 / 3-6 / 7-13 / 14.
-    """
-    n = len(options)
-    counts = [sum(bool(table[t][o]["success"]) for o in options) for t in tasks]
-    hist = Counter(counts)
-    mid = -(-n // 2)
-    spans = [(0, 0), (1, min(2, n - 1)), (3, mid - 1), (max(3, mid), n - 1), (n, n)]
-    names = {0: "0 (unsolvable)", n: f"{n} (all correct)"}
-    buckets = {}
-    for lo, hi in spans:
-        if lo > hi:
-            continue
-        name = names.get(lo) if lo == hi and lo in names else (
-            f"{lo}-{hi} (routing-critical)" if lo == 1 else f"{lo}-{hi}")
-        c = sum(hist.get(i, 0) for i in range(lo, hi + 1))
-        buckets[name] = {"tasks": c, "share": c / len(tasks) if tasks else None}
-    return {"options": n, "histogram": {str(i): hist.get(i, 0) for i in range(n + 1)}, "buckets": buckets,
-            "per_task": {t: c for t, c in zip(tasks, counts)}}
-
-
-def begin_accuracy(choices: Mapping[str, str | None], table: Mapping[str, Mapping],
-                   options: Sequence[str | None]) -> dict:
-    """Router Begin choices vs the oracle, on tasks some option solves.
-
-    ``solving``: the chosen option solved the task in exploration; ``exact``: it is the oracle's label.
-    The confusion matrix counts (oracle label, routed choice) over the same tasks.
-    """
-    idx = {o: i for i, o in enumerate(options)}
-    matrix = [[0] * len(options) for _ in options]
-    solving = exact = n = 0
-    for t, choice in choices.items():
-        row = table.get(t)
-        if row is None or not all(o in row for o in options) or not any(row[o]["success"] for o in options):
-            continue
-        if choice not in idx:
-            raise ValueError(f"task {t}: routed choice {choice!r} is not an option")
-        label = oracle_option(row, options)
-        n += 1
-        solving += bool(row[choice]["success"])
-        exact += choice == label
-        matrix[idx[label]][idx[choice]] += 1
-    return {"solvable_tasks": n, "accuracy_solving": solving / n if n else None,
-            "accuracy_exact": exact / n if n else None,
-            "confusion": {"labels": [option_label(o) for o in options], "rows": "oracle", "columns": "routed",
-                          "matrix": matrix}}
-
-
-def overhead(runs: Sequence[Mapping]) -> dict:
-    """Routing time (probe + router decisions) as a share of the whole task's wall time."""
-    probe = sum(r["probe_s"] for r in runs)
-    router = sum(r["router_s"] for r in runs)
-    task = sum(r["task_s"] for r in runs)
-    return {"probe_s_per_task": probe / len(runs) if runs else None,
-            "router_s_per_task": router / len(runs) if runs else None,
-            "task_s_per_task": task / len(runs) if runs else None,
-            "share": (probe + router) / task if task > 0 else None,
-            "probe_share": probe / task if task > 0 else None, "router_share": router / task if task > 0 else None}
-
-
-def routed_metrics(runs: Sequence[Mapping]) -> dict:
-    out = row_metrics(runs)
-    out.update({"begin_injected_tokens_per_task": _mean([r["begin_tokens"] for r in runs]),
-                "in_injected_tokens_per_task": _mean([r["in_tokens"] for r in runs]),
-                "in_queries_per_task": _mean([r["in_queries"] for r in runs]),
-                "in_query_rate": (sum(r["in_queries"] for r in runs) / sum(r.get("in_decisions", 0) for r in runs)
-                                  if sum(r.get("in_decisions", 0) for r in runs) else None),
-                "begin_choices": dict(Counter(option_label(r["begin_provider"]) for r in runs)),
-                "overhead": overhead(runs)})
-    return out
-
-
 # -- routed rollouts ---------------------------------------------------------------------------------
 def routed_rollout(ctx: "RolloutContext", task, router) -> dict:
     """One held-out task with the router deciding Begin and In; timings split into probe / router / task.
@@ -287,8 +117,6 @@ def routed_rollout(ctx: "RolloutContext", task, router) -> dict:
     ``ctx.probe(goal) -> previews`` (default: each provider's own ``probe``); ``ctx.count_tokens`` defaults
     to whitespace words; ``ctx.memories`` (recorded Begin memories) are used instead of a live retrieve.
     """
-    from routers.memagent.agent import run_episode
-
     count_tokens = ctx.count_tokens or (lambda s: len(s.split()))
     providers = ctx.providers
     t_task = time.perf_counter()
@@ -327,8 +155,6 @@ def routed_rollout(ctx: "RolloutContext", task, router) -> dict:
 
 def run_routed(tasks, ctx: "RolloutContext", router, out_path: str | Path) -> list[dict]:
     """Routed rollouts for ``tasks``, appended to ``out_path`` (rerunning skips tasks already there)."""
-    from tqdm.auto import tqdm
-
     with ResumableJsonlWriter(out_path, key="task_id") as writer:
         for task in tqdm(tasks, desc="routed rollouts", unit="task"):
             if task.task_id not in writer:
@@ -337,94 +163,18 @@ def run_routed(tasks, ctx: "RolloutContext", router, out_path: str | Path) -> li
     return [r for r in read_jsonl(out_path) if r["task_id"] in wanted]
 
 
-# -- report --------------------------------------------------------------------------------------------
-def evaluate(table: Mapping[str, Mapping], options: Sequence[str | None], runs: Sequence[Mapping] | None) -> dict:
-    """All metrics from the exploration table (baselines, oracle, coverage) and the routed runs."""
-    tasks = complete_tasks(table, options)
-    if not tasks:
-        raise ValueError(f"no task has exploration records for all {len(options)} options")
-    rows = baseline_rows(table, options, tasks)
-    singles = {option_label(o): rows[option_label(o)]["success_rate"] for o in options if o is not None}
-    best = max(singles, key=singles.get) if singles else None
-    out = {"tasks": len(tasks), "options": [option_label(o) for o in options],
-           "baselines": rows, "best_single_provider": best, "coverage": coverage_distribution(table, options, tasks)}
-    if runs is not None:
-        done = [r for r in runs if r["task_id"] in set(tasks)]
-        routed = routed_metrics(done)
-        none_rate = rows[NONE]["success_rate"]
-        routed["delta_vs_no_memory"] = (routed["success_rate"] - none_rate) if done else None
-        routed["delta_vs_best_single"] = (routed["success_rate"] - singles[best]) if done and best else None
-        out["routed"] = routed
-        out["begin"] = begin_accuracy({r["task_id"]: r["begin_provider"] for r in done}, table, options)
-    return out
-
-
+# -- outputs -----------------------------------------------------------------------------------------
 def write_plots(metrics: dict, output_dir: Path) -> list[str]:
+    from eval.plots import begin_confusion_plot, coverage_plot  # matplotlib only when plots are drawn
+
     paths = [str(coverage_plot(metrics["coverage"], output_dir / "coverage.png"))]
     if "begin" in metrics:
         paths.append(str(begin_confusion_plot(metrics["begin"]["confusion"], output_dir / "begin_confusion.png")))
     return paths
 
 
-def coverage_plot(coverage: Mapping, path: str | Path) -> Path:
-    """Bar chart: number of tasks solved by exactly k of the N options (paper Table 13 / Figure 5 right)."""
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
-
-    from eval.plots import _save_atomic
-
-    hist = coverage["histogram"]
-    ks = [int(k) for k in hist]
-    total = max(sum(hist.values()), 1)
-    fig = Figure(figsize=(7, 4))
-    ax = fig.subplots()
-    bars = ax.bar(ks, [hist[str(k)] for k in ks], color="tab:blue")
-    for b, k in zip(bars, ks):
-        if hist[str(k)]:
-            ax.annotate(f"{100 * hist[str(k)] / total:.0f}%", (b.get_x() + b.get_width() / 2, b.get_height()),
-                        ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(ks)
-    ax.set_xlabel(f"options (of {coverage['options']}: providers + no memory) that solve the task")
-    ax.set_ylabel("tasks")
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_title("Task coverage distribution")
-    ax.grid(axis="y", alpha=0.3)
-    return _save_atomic(fig, path)
-
-
-def begin_confusion_plot(confusion: Mapping, path: str | Path) -> Path:
-    """Oracle Begin label (rows) vs routed choice (columns), counts annotated."""
-    import numpy as np
-    from matplotlib.figure import Figure
-
-    from eval.plots import _save_atomic
-
-    labels, m = confusion["labels"], np.asarray(confusion["matrix"], dtype=float)
-    size = max(4.0, 0.45 * len(labels) + 2)
-    fig = Figure(figsize=(size + 1, size))
-    ax = fig.subplots()
-    im = ax.imshow(m, cmap="Blues")
-    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
-    ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=8)
-    ax.set_yticks(range(len(labels)), labels, fontsize=8)
-    for i in range(len(labels)):
-        for j in range(len(labels)):
-            if m[i, j]:
-                ax.text(j, i, f"{int(m[i, j])}", ha="center", va="center", fontsize=7,
-                        color="white" if m[i, j] > m.max() / 2 else "black")
-    ax.set_xlabel("routed Begin choice")
-    ax.set_ylabel("oracle Begin label")
-    ax.set_title("Begin decisions vs oracle (solvable held-out tasks)")
-    return _save_atomic(fig, path)
-
-
 def exploration_config(exploration_dir: str | Path):
     """The ForcedExplorationConfig the held-out records were made with (manifest fingerprint wins)."""
-    import json
-
-    from data_synthesis.memagent import ForcedExplorationConfig
-    from train.config import ConfigError, load_yaml
-
     d = Path(exploration_dir)
     raw = load_yaml(d / "resolved_config.yaml") if (d / "resolved_config.yaml").exists() else {}
     manifest = d / "manifest.json"
@@ -438,9 +188,9 @@ def exploration_config(exploration_dir: str | Path):
         if not isinstance(fingerprint, dict):
             raise ConfigError(f"{manifest}: fingerprint must be a JSON object, got {type(fingerprint).__name__}")
         raw.update(fingerprint)
-    known = ForcedExplorationConfig.__dataclass_fields__
+    known = exploration.ForcedExplorationConfig.__dataclass_fields__
     try:
-        return ForcedExplorationConfig(**{k: v for k, v in raw.items() if k in known})
+        return exploration.ForcedExplorationConfig(**{k: v for k, v in raw.items() if k in known})
     except (TypeError, ValueError) as err:
         raise ConfigError(f"{d}: the exploration config (resolved_config.yaml + manifest.json) is invalid: "
                           f"{err}") from None
@@ -461,16 +211,13 @@ class RolloutContext:
 
 def build_rollout_context(cfg: MemAgentEvalConfig, pool: Sequence[str]) -> RolloutContext:
     """Environment, agent, short-term memory and frozen stores exactly as forced exploration built them."""
-    from data_synthesis.memagent import build_agent, build_env, build_providers_from, token_counter
-    from routers.memagent.providers import ProviderProbe, ShortTermMemory, load_providers
-
     xcfg = exploration_config(cfg.exploration_dir)
     xcfg.providers = list(pool)
     if cfg.device is not None:
         xcfg.device = cfg.device
-    env = build_env(xcfg)
-    agent = build_agent(xcfg)
-    providers = build_providers_from(xcfg)
+    env = exploration.build_env(xcfg)
+    agent = exploration.build_agent(xcfg)
+    providers = exploration.build_providers_from(xcfg)
     load_providers(providers, Path(cfg.exploration_dir) / "stores")  # frozen: nothing is stored while evaluating
     memories = None
     tasks_file = Path(cfg.exploration_dir) / "heldout" / "tasks.jsonl"
@@ -479,13 +226,11 @@ def build_rollout_context(cfg: MemAgentEvalConfig, pool: Sequence[str]) -> Rollo
                     for r in read_jsonl(tasks_file, required=("task_id", "retrieved"), validate=_validate_retrieved)}
     return RolloutContext(env=env, tasks=env.tasks("heldout"), agent=agent, providers=providers,
                           short_term_factory=lambda: ShortTermMemory(max_words=xcfg.stm_max_words),
-                          count_tokens=token_counter(agent), probe=ProviderProbe(providers).probe,
+                          count_tokens=exploration.token_counter(agent), probe=ProviderProbe(providers).probe,
                           memories=memories, max_steps=xcfg.max_steps)
 
 
 def main(argv=None) -> dict:
-    from train.config import parse_config
-
     (cfg,) = parse_config(make_parser(), [MemAgentEvalConfig], argv)
     if not Path(cfg.exploration_dir).is_dir():
         raise FileNotFoundError(f"exploration_dir {cfg.exploration_dir}: no such directory (the output_dir of "
@@ -497,19 +242,13 @@ def main(argv=None) -> dict:
     if routed and not Path(cfg.router).is_dir():
         raise FileNotFoundError(f"--router {cfg.router}: no such directory (a `memroute export memagent` directory, "
                                 "or --router none for the baseline rows only)")
-    from data_synthesis.jsonl import OutputLock
-
     with OutputLock(cfg.output_dir):  # routed.jsonl is appended to: one run at a time
         return _main(cfg, records_file)
 
 
-def _main(cfg: MemAgentEvalConfig, records_file: Path) -> dict:
-    from routers.base import library_versions
-    from train.config import save_resolved_config
-
-    out_dir = Path(cfg.output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    save_resolved_config(out_dir, cfg)
+def _select(cfg: MemAgentEvalConfig, records_file: Path) -> tuple[dict, list[str], list, list[str]]:
+    """The outcome tables of every In policy (restricted to the tasks evaluated), the provider pool, the
+    options (None first) and the task order: tasks with a baseline record for every option."""
     tables, pool = load_all_outcomes(str(records_file))
     if cfg.baseline_in_policy not in tables:
         raise ValueError(f"{records_file}: no records with in_policy={cfg.baseline_in_policy!r}; found {sorted(tables)}")
@@ -524,32 +263,49 @@ def _main(cfg: MemAgentEvalConfig, records_file: Path) -> dict:
         raise ValueError(f"{records_file}: no task has in_policy={cfg.baseline_in_policy!r} records for all "
                          f"{len(options)} options {[option_label(o) for o in options]}")
     tables = {pol: {t: tab[t] for t in order if t in tab} for pol, tab in tables.items()}
+    return tables, pool, options, order
+
+
+def _routed_runs(cfg: MemAgentEvalConfig, pool: Sequence[str], order: Sequence[str], out_dir: Path):
+    """The trained router, the rebuilt rollout context and the routed rollouts of ``order``."""
+    router = MemAgentRouter.from_pretrained(cfg.router, device=cfg.device)
+    ctx = build_rollout_context(cfg, pool)
+    by_id = {t.task_id: t for t in ctx.tasks}
+    missing = [t for t in order if t not in by_id]
+    if missing:
+        raise ValueError(f"{len(missing)} exploration tasks are not held-out tasks of the rebuilt environment, "
+                         f"e.g. {missing[:3]}")
+    return router, ctx, run_routed([by_id[t] for t in order], ctx, router, out_dir / "routed.jsonl")
+
+
+def _begin_offline(cfg: MemAgentEvalConfig, router, ctx: RolloutContext, tasks_file: Path, table: dict,
+                   options: Sequence, order: Sequence[str]) -> dict:
+    """Begin decisions on the recorded previews: the trained router and (optionally) its untrained base."""
+    task_records = {r["task_id"]: r for r in read_jsonl(tasks_file, required=("task_id", "goal", "previews"),
+                                                        validate=_validate_task_record)}
+    todo = [t for t in order if t in task_records]
+    out = {"trained": offline_begin(router, task_records, ctx.providers, table, options, todo)}
+    base = cfg.base_model or router.config.base_model
+    if cfg.compare_base_router and base and str(base).lower() != "none":
+        base_router = MemAgentRouter.from_base(base, device=cfg.device)
+        out["base"] = offline_begin(base_router, task_records, ctx.providers, table, options, todo)
+        out["base_model"] = base
+    return out
+
+
+def _main(cfg: MemAgentEvalConfig, records_file: Path) -> dict:
+    out_dir = Path(cfg.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_resolved_config(out_dir, cfg)
+    tables, pool, options, order = _select(cfg, records_file)
     runs = None
     if cfg.router and str(cfg.router).lower() != "none":
-        from routers.memagent.router import MemAgentRouter
-
-        router = MemAgentRouter.from_pretrained(cfg.router, device=cfg.device)
-        ctx = build_rollout_context(cfg, pool)
-        by_id = {t.task_id: t for t in ctx.tasks}
-        missing = [t for t in order if t not in by_id]
-        if missing:
-            raise ValueError(f"{len(missing)} exploration tasks are not held-out tasks of the rebuilt environment, "
-                             f"e.g. {missing[:3]}")
-        runs = run_routed([by_id[t] for t in order], ctx, router, out_dir / "routed.jsonl")
+        router, ctx, runs = _routed_runs(cfg, pool, order, out_dir)
     metrics = evaluate(tables[cfg.baseline_in_policy], options, runs)
     tasks_file = Path(cfg.exploration_dir) / "heldout" / "tasks.jsonl"
     if runs is not None and tasks_file.exists():
-        task_records = {r["task_id"]: r for r in read_jsonl(tasks_file, required=("task_id", "goal", "previews"),
-                                                            validate=_validate_task_record)}
-        todo = [t for t in order if t in task_records]
-        table = tables[cfg.baseline_in_policy]
-        metrics["begin_offline"] = {"trained": offline_begin(router, task_records, ctx.providers, table, options, todo)}
-        base = cfg.base_model or router.config.base_model
-        if cfg.compare_base_router and base and str(base).lower() != "none":
-            base_router = MemAgentRouter.from_base(base, device=cfg.device)
-            metrics["begin_offline"]["base"] = offline_begin(base_router, task_records, ctx.providers, table,
-                                                             options, todo)
-            metrics["begin_offline"]["base_model"] = base
+        metrics["begin_offline"] = _begin_offline(cfg, router, ctx, tasks_file, tables[cfg.baseline_in_policy],
+                                                  options, order)
     metrics["baselines_by_in_policy"] = {pol: baseline_rows(tab, options, complete_tasks(tab, options))
                                          for pol, tab in tables.items() if complete_tasks(tab, options)}
     metrics["oracle_any_in_policy"] = oracle_any(tables, options, order)
@@ -564,29 +320,6 @@ def _main(cfg: MemAgentEvalConfig, records_file: Path) -> dict:
     atomic_write_json(out_dir / "metrics.json", metrics)
     _print_summary(metrics)
     return metrics
-
-
-def offline_begin(router, task_records: Mapping[str, Mapping], providers: Mapping[str, Any],
-                  table: Mapping[str, Mapping], options: Sequence[str | None], tasks: Sequence[str]) -> dict:
-    """Begin decisions from the recorded probe previews (no rollouts): accuracy vs the oracle and the success
-    rate they imply under the baseline In policy (the chosen option's exploration outcome)."""
-    choices = {}
-    for t in tasks:
-        rec = task_records[t]
-        previews = [p for p in rec["previews"] if p["provider"] in providers]
-        choices[t] = router.begin(rec["goal"], previews, providers)
-    acc = begin_accuracy(choices, table, options)
-    return {"tasks": len(choices), "implied_success_rate": _mean([float(table[t][c]["success"]) for t, c in choices.items()]),
-            "choices": dict(Counter(option_label(c) for c in choices.values())),
-            **{k: v for k, v in acc.items() if k != "confusion"}, "confusion": acc["confusion"]}
-
-
-def oracle_any(tables: Mapping[str, Mapping], options: Sequence[str | None], tasks: Sequence[str]) -> dict:
-    """Share of tasks solved by any (Begin option, In policy) combination explored."""
-    solved = [any(tab.get(t, {}).get(o, {}).get("success", False) for tab in tables.values() for o in options)
-              for t in tasks]
-    return {"tasks": len(tasks), "success_rate": sum(solved) / len(solved) if solved else None,
-            "in_policies": sorted(tables)}
 
 
 def _print_summary(m: dict) -> None:

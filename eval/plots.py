@@ -1,4 +1,6 @@
-"""Evaluation figures (PNG, Agg canvas: no display needed, pyplot's global state untouched).
+"""Evaluation figures (PNG, Agg canvas: no display needed, pyplot's global state untouched): the sufficiency
+router's reliability diagram and early-termination curve, and MemAgent's coverage and Begin confusion plots.
+Other evaluators draw their own figures and save them with :func:`save_figure`.
 
 Files are written atomically: rendered to a temporary file in the target directory, then renamed.
 """
@@ -10,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
@@ -17,7 +20,9 @@ from matplotlib.ticker import MaxNLocator
 from eval.metrics import N_BINS, reliability_bins
 
 
-def _save_atomic(fig: Figure, path: str | os.PathLike, dpi: int = 120) -> Path:
+def save_figure(fig: Figure, path: str | os.PathLike, dpi: int = 120) -> Path:
+    """Render ``fig`` to a PNG at ``path`` atomically (temporary file in the same folder, then renamed), with
+    the permissions of any other output (umask, not owner-only); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
@@ -61,7 +66,7 @@ def reliability_diagram(results: Mapping[str, tuple[Sequence[int], Sequence[floa
     ax_n.set_ylabel("count")
     ax_n.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax_n.grid(alpha=0.3)
-    return _save_atomic(fig, path)
+    return save_figure(fig, path)
 
 
 def early_termination_curve(results: Mapping[str, Sequence[Mapping]], path: str | os.PathLike,
@@ -86,4 +91,47 @@ def early_termination_curve(results: Mapping[str, Sequence[Mapping]], path: str 
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
     fig.suptitle(title)
-    return _save_atomic(fig, path)
+    return save_figure(fig, path)
+
+
+# -- MemAgent (eval.memagent) -------------------------------------------------------------------------
+def coverage_plot(coverage: Mapping, path: str | os.PathLike) -> Path:
+    """Bar chart: number of tasks solved by exactly k of the N options (paper Table 13 / Figure 5 right)."""
+    hist = coverage["histogram"]
+    ks = [int(k) for k in hist]
+    total = max(sum(hist.values()), 1)
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
+    bars = ax.bar(ks, [hist[str(k)] for k in ks], color="tab:blue")
+    for b, k in zip(bars, ks):
+        if hist[str(k)]:
+            ax.annotate(f"{100 * hist[str(k)] / total:.0f}%", (b.get_x() + b.get_width() / 2, b.get_height()),
+                        ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(ks)
+    ax.set_xlabel(f"options (of {coverage['options']}: providers + no memory) that solve the task")
+    ax.set_ylabel("tasks")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title("Task coverage distribution")
+    ax.grid(axis="y", alpha=0.3)
+    return save_figure(fig, path)
+
+
+def begin_confusion_plot(confusion: Mapping, path: str | os.PathLike) -> Path:
+    """Oracle Begin label (rows) vs routed choice (columns), counts annotated."""
+    labels, m = confusion["labels"], np.asarray(confusion["matrix"], dtype=float)
+    size = max(4.0, 0.45 * len(labels) + 2)
+    fig = Figure(figsize=(size + 1, size))
+    ax = fig.subplots()
+    im = ax.imshow(m, cmap="Blues")
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=8)
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    for i in range(len(labels)):
+        for j in range(len(labels)):
+            if m[i, j]:
+                ax.text(j, i, f"{int(m[i, j])}", ha="center", va="center", fontsize=7,
+                        color="white" if m[i, j] > m.max() / 2 else "black")
+    ax.set_xlabel("routed Begin choice")
+    ax.set_ylabel("oracle Begin label")
+    ax.set_title("Begin decisions vs oracle (solvable held-out tasks)")
+    return save_figure(fig, path)

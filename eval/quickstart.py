@@ -12,7 +12,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from routers.models import DEFAULT_CAUSAL_LM, DEFAULT_ENCODER
+from data_synthesis.jsonl import atomic_write_json
+from data_synthesis.sufficiency import SufficiencySynthConfig, SufficiencySynthesizer
+from eval import sufficiency as eval_sufficiency
+from routers.models import DEFAULT_CAUSAL_LM, DEFAULT_ENCODER, bf16_supported
+from train.config import make_arg_parser, parse_config, save_resolved_config
 
 
 @dataclass
@@ -45,23 +49,15 @@ def _stage(name: str):
 
 
 def make_parser():
-    from train.config import make_arg_parser
-
     return make_arg_parser([QuickstartConfig], prog="memroute quickstart",
                            description="Synthesize, train, export and evaluate a sufficiency router on LoCoMo.")
 
 
 def main(argv=None) -> dict:
-    from data_synthesis.jsonl import atomic_write_json
-    from data_synthesis.sufficiency import SufficiencySynthConfig, SufficiencySynthesizer
-    from eval import sufficiency as eval_sufficiency
-    from train import sufficiency as train_sufficiency
-    from train.config import parse_config, save_resolved_config
+    from train import sufficiency as train_sufficiency  # peft/trl: imported when the quickstart runs
 
     (cfg,) = parse_config(make_parser(), [QuickstartConfig], argv)
     if cfg.bf16 is None:
-        from routers.models import bf16_supported
-
         cfg.bf16 = bf16_supported()
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """IR evaluation of evidence retrieval on held-out conversations (``memroute eval retrieval``).
 
-    memroute eval retrieval configs/retriever_eval.yaml [--trained_encoder outputs/retriever_minilm/export]
+    memroute eval retrieval configs/retriever/eval/default.yaml [--trained_encoder outputs/retriever_minilm/export]
 
 For every question of the held-out episodes, each system ranks *all* steps of that question's
 episode; the relevant set is the question's evidence steps. Systems:
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import os
 import platform
@@ -41,8 +42,15 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from data_synthesis.jsonl import atomic_write_json, atomic_write_text
-from routers.models import DEFAULT_ENCODER
+from data_synthesis.corpora import load_corpus
+from data_synthesis.jsonl import OutputLock, atomic_write_json, atomic_write_text
+from eval.score_cache import ResultCache, content_hash, model_identity, ranking_field
+from routers.base import git_revision, library_versions
+from routers.memory.index import VectorIndex
+from routers.memory.retrieval import HybridRetriever
+from routers.memory.schema import LoadStats
+from routers.models import DEFAULT_ENCODER, load_encoder, resolve_encoder
+from train.config import ConfigError, make_arg_parser, parse_config, save_resolved_config
 
 SYSTEMS = ("bm25", "base", "trained", "hybrid_base", "hybrid_trained")
 CUTOFF = 10
@@ -131,9 +139,6 @@ def rank_by_scores(scores: np.ndarray, ids: Sequence[str], k: int = CUTOFF) -> l
 
 
 def _load_episodes(cfg: RetrievalEvalConfig):
-    from data_synthesis.corpora import load_corpus
-    from routers.memory.schema import LoadStats
-
     stats = LoadStats()
     episodes = load_corpus(cfg.corpus, cfg.corpus_path, stats=stats)
     if cfg.eval_episodes is not None:
@@ -157,10 +162,6 @@ def evaluate_systems(cfg: RetrievalEvalConfig, episodes, encoders: Mapping[str, 
     ``cache`` (a :class:`eval.score_cache.ResultCache`) holds top-10 lists per question; a system is
     cached only when ``identities`` names its encoder ("base"/"trained"; BM25 always).
     """
-    from eval.score_cache import content_hash
-    from routers.memory.index import VectorIndex
-    from routers.memory.retrieval import HybridRetriever
-
     pairs = [(ep, qa) for ep in episodes for qa in ep.qa]
     if cfg.max_queries is not None:
         pairs = pairs[: cfg.max_queries]
@@ -251,9 +252,9 @@ def metrics_csv(results: dict, columns: Sequence[str]) -> str:
 
 def bar_chart(results: dict, columns: Sequence[str], path, title: str = "Evidence retrieval on held-out episodes"):
     """Grouped bars: one group per metric, one bar per system (atomic PNG)."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # matplotlib only when the chart is drawn
 
-    from eval.plots import _save_atomic
+    from eval.plots import save_figure
 
     fig = Figure(figsize=(max(7, 1.6 * len(columns) + 2), 4.5))
     ax = fig.subplots()
@@ -272,7 +273,7 @@ def bar_chart(results: dict, columns: Sequence[str], path, title: str = "Evidenc
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize="small", ncol=min(len(names), 5), loc="upper left")
-    return _save_atomic(fig, path)
+    return save_figure(fig, path)
 
 
 def machine_info() -> dict:
@@ -285,13 +286,9 @@ def machine_info() -> dict:
 def run(cfg: RetrievalEvalConfig, encoders: Mapping[str, object] | None = None) -> dict:
     """Evaluate and write every output file; returns the metrics.json content. The output directory is
     locked for the run (a second run into it fails at once instead of appending to the same cache)."""
-    from data_synthesis.jsonl import OutputLock
-
     cfg.__post_init__()  # a config edited after construction is checked again
     unknown = [s for s in cfg.systems if s not in SYSTEMS]
     if unknown or not cfg.systems:
-        from train.config import ConfigError
-
         raise ConfigError(f"systems: unknown {unknown}; choose from {list(SYSTEMS)}")
     trained = cfg.trained_encoder
     if (encoders is None and trained and trained.lower() != "none"
@@ -299,23 +296,15 @@ def run(cfg: RetrievalEvalConfig, encoders: Mapping[str, object] | None = None) 
         raise FileNotFoundError(f"trained_encoder {trained} does not exist (train one, or pass --trained_encoder none)")
     episodes, load_stats = _load_episodes(cfg)  # bad corpus / episode ids fail before the lock and any model
     with OutputLock(cfg.output_dir):
-        from train.config import save_resolved_config
-
         save_resolved_config(cfg.output_dir, cfg)
         return _run(cfg, encoders, episodes, load_stats)
 
 
 def _run(cfg: RetrievalEvalConfig, encoders, episodes, load_stats) -> dict:
-    from routers.base import git_revision, library_versions
-    from routers.models import load_encoder
-
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     identities: dict[str, str | None] = {}
     if encoders is None:
-        from eval.score_cache import model_identity
-        from routers.models import resolve_encoder
-
         encoders = {}
         if any(s in cfg.systems for s in ("base", "hybrid_base")):
             encoders["base"] = load_encoder(cfg.base_encoder)
@@ -326,8 +315,6 @@ def _run(cfg: RetrievalEvalConfig, encoders, episodes, load_stats) -> dict:
                 raise FileNotFoundError(f"trained_encoder {trained} does not exist (train one, or pass --trained_encoder none)")
             encoders["trained"] = load_encoder(trained)
             identities["trained"] = model_identity(trained)
-    from eval.score_cache import ResultCache, ranking_field
-
     with ResultCache(out / "ranking_cache.jsonl", fresh=not cfg.resume, required=("top10",),
                      validate=ranking_field) as cache:
         results, rows = evaluate_systems(cfg, episodes, encoders, cache, identities)
@@ -358,24 +345,18 @@ def _run(cfg: RetrievalEvalConfig, encoders, episodes, load_stats) -> dict:
     }
     atomic_write_json(out / "metrics.json", report)
     atomic_write_text(out / "metrics.csv", metrics_csv(results, columns))
-    import json
-
     atomic_write_text(out / "rankings.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     bar_chart(results, columns, out / "retrieval_metrics.png")
     return report
 
 
 def make_parser():
-    from train.config import make_arg_parser
-
     return make_arg_parser([RetrievalEvalConfig], prog="memroute eval retrieval",
                            description="Recall@k / MRR@10 / nDCG@10 of evidence steps: BM25, base, trained, hybrid.")
 
 
 def main(argv=None) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from train.config import parse_config
-
     (cfg,) = parse_config(make_parser(), [RetrievalEvalConfig], argv)
     report = run(cfg)  # writes resolved_config.yaml once it holds the output lock
     print(metrics_csv(report["systems"], [f"recall@{k}" for k in cfg.ks] + [f"mrr@{CUTOFF}", f"ndcg@{CUTOFF}"]))

@@ -35,9 +35,16 @@ from pathlib import Path
 
 import numpy as np
 
-from data_synthesis.jsonl import RecordError, atomic_write_json, atomic_write_text, read_jsonl
+from tqdm.auto import tqdm
+
+from data_synthesis.jsonl import OutputLock, RecordError, atomic_write_json, atomic_write_text, read_jsonl
+from data_synthesis.sufficiency import read_samples
 from eval.metrics import (DEFAULT_TAUS, MIN_CALIBRATION_PER_CLASS, MIN_CALIBRATION_SAMPLES, binary_metrics,
                           calibrate_threshold, calibration_refusal, finite_or_none, threshold_metrics)
+from eval.score_cache import ResultCache, model_identity, score_field
+from routers.base import CALIBRATION, git_revision, library_versions, read_router_config
+from routers.models import resolve_causal_lm
+from routers.sufficiency import SufficiencyRouter
 from train.config import ConfigError, make_arg_parser, parse_config, save_resolved_config
 
 REQUIRED_FIELDS = ("id", "question", "context", "label")
@@ -135,8 +142,6 @@ def make_calibrate_parser():
 def load_eval_records(path: str | os.PathLike, max_samples: int | None = None) -> list[dict]:
     """Eval records in file order (the first ``max_samples`` when set), read by the one sample reader
     (``data_synthesis.sufficiency.read_samples``): RecordError names file:line, an empty file is an error."""
-    from data_synthesis.sufficiency import read_samples
-
     if max_samples is not None and max_samples < 1:
         raise ValueError(f"max_samples must be >= 1, got {max_samples}")
     return read_samples(path, max_samples, required=REQUIRED_FIELDS)
@@ -144,8 +149,6 @@ def load_eval_records(path: str | os.PathLike, max_samples: int | None = None) -
 
 def check_router_dir(router: str, option: str = "--router") -> dict:
     """The router export's checked ``router_config.json`` (errors name the directory or the file)."""
-    from routers.base import read_router_config
-
     path = Path(router)
     if not path.exists():
         raise FileNotFoundError(f"{option} {router}: no such directory (give a `memroute export sufficiency` "
@@ -185,8 +188,6 @@ def score_records(router, records: list[dict], batch_size: int, cache=None, mode
     bit-identical scores. A batch whose scores are all in ``cache`` is skipped; each computed score is
     appended to the cache at once.
     """
-    from tqdm.auto import tqdm
-
     questions = [r["question"] for r in records]
     contexts = [r["context"] for r in records]
     lengths = [len(e) for e in router.encode(questions, contexts)]
@@ -256,8 +257,6 @@ def format_table(models: dict) -> str:
 
 # -- entry points --------------------------------------------------------------------------------------
 def main(argv=None) -> dict:
-    from data_synthesis.jsonl import OutputLock
-
     (cfg,) = parse_config(make_parser(), [SufficiencyEvalConfig], argv)
     if not cfg.data:
         raise ConfigError("--data (an eval JSONL) is required")
@@ -283,17 +282,10 @@ def main(argv=None) -> dict:
         return _run(cfg, base_model, records)
 
 
-def _run(cfg: SufficiencyEvalConfig, base_model: str | None, records: list[dict]) -> dict:
-    from routers.base import git_revision, library_versions
-    from routers.sufficiency import SufficiencyRouter
-
-    out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    labels = np.array([int(r["label"]) for r in records], dtype=np.int64)
-
-    from eval.score_cache import ResultCache, model_identity, score_field
-    from routers.models import resolve_causal_lm
-
+def _score_models(cfg: SufficiencyEvalConfig, base_model: str | None, records: list[dict], labels: np.ndarray,
+                  out: Path) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
+    """Score every record with the base and/or trained router (reusing ``score_cache.jsonl``); per model the
+    metrics, the per-variant stop shares, the load/score timing and the model identity."""
     loaders, identities = {}, {}
     if base_model:
         loaders[BASE] = lambda: SufficiencyRouter.from_base(base_model)
@@ -315,7 +307,13 @@ def _run(cfg: SufficiencyEvalConfig, base_model: str | None, records: list[dict]
         m["source"] = base_model if name == BASE else str(cfg.router)
         models[name] = {**m, **info}
     cache.close()
+    return scores, models
 
+
+def _calibration(cfg: SufficiencyEvalConfig, labels: np.ndarray, scores: dict[str, np.ndarray],
+                 out: Path) -> tuple[dict | None, str | None, bool]:
+    """Calibrate tau on the primary model's scores, or record why not; writes ``calibration.json`` (and into
+    the router only when asked). Returns (calibration, reason skipped, written into the router)."""
     primary = TRAINED if TRAINED in scores else BASE
     calibration, skipped = None, None
     if cfg.target_precision is not None or cfg.target_early_termination is not None:
@@ -330,8 +328,6 @@ def _run(cfg: SufficiencyEvalConfig, base_model: str | None, records: list[dict]
         calibration.update({"model": primary, "data": str(cfg.data), "created_by": "eval.sufficiency"})
         atomic_write_json(out / "calibration.json", calibration)
         if cfg.router and cfg.write_calibration_to_router:
-            from routers.base import CALIBRATION
-
             atomic_write_json(Path(cfg.router) / CALIBRATION, calibration)
             written_to_router = True
     else:
@@ -340,15 +336,40 @@ def _run(cfg: SufficiencyEvalConfig, base_model: str | None, records: list[dict]
         if cfg.write_calibration_to_router:
             print(f"[eval] WARNING: --write_calibration_to_router was asked for, but NOTHING was written into "
                   f"{cfg.router}: {skipped}. The router keeps its current tau.", file=sys.stderr)
+    return calibration, skipped, written_to_router
 
+
+def _write_scores(records: list[dict], scores: dict[str, np.ndarray], path: Path) -> None:
     lines = []
     for i, r in enumerate(records):
         row = {"id": r["id"], "label": int(r["label"]), "variant": r.get("variant")}
         row.update({name: finite_or_none(s[i]) for name, s in scores.items()})
         lines.append(json.dumps(row, ensure_ascii=False))
-    atomic_write_text(out / "scores.jsonl", "\n".join(lines) + "\n")
+    atomic_write_text(path, "\n".join(lines) + "\n")
 
-    from eval.plots import early_termination_curve, reliability_diagram
+
+def _print_result(cfg: SufficiencyEvalConfig, models: dict, calibration: dict | None, skipped: str | None,
+                  written_to_router: bool) -> None:
+    print(format_table(models))
+    if calibration is not None:
+        where = f"written into {cfg.router}" if written_to_router else \
+            "not written into the router (--write_calibration_to_router true to do so)"
+        print(f"calibrated tau={calibration['threshold']:.4f} ({calibration['method']}, reachable="
+              f"{calibration['reachable']}): precision={calibration['precision']}, "
+              f"early termination={calibration['early_termination_rate']:.3f}; {where}")
+    else:
+        print(f"calibration skipped: {skipped}")
+
+
+def _run(cfg: SufficiencyEvalConfig, base_model: str | None, records: list[dict]) -> dict:
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    labels = np.array([int(r["label"]) for r in records], dtype=np.int64)
+    scores, models = _score_models(cfg, base_model, records, labels, out)
+    calibration, skipped, written_to_router = _calibration(cfg, labels, scores, out)
+    _write_scores(records, scores, out / "scores.jsonl")
+
+    from eval.plots import early_termination_curve, reliability_diagram  # matplotlib only when plots are drawn
 
     reliability_diagram({k: (labels, v) for k, v in scores.items()}, out / "reliability.png")
     early_termination_curve({k: m["per_tau"] for k, m in models.items()}, out / "early_termination.png")
@@ -365,15 +386,7 @@ def _run(cfg: SufficiencyEvalConfig, base_model: str | None, records: list[dict]
                   "resolved_config": resolved.name},
     }
     atomic_write_json(out / "metrics.json", metrics)
-    print(format_table(models))
-    if calibration is not None:
-        where = f"written into {cfg.router}" if written_to_router else \
-            "not written into the router (--write_calibration_to_router true to do so)"
-        print(f"calibrated tau={calibration['threshold']:.4f} ({calibration['method']}, reachable="
-              f"{calibration['reachable']}): precision={calibration['precision']}, "
-              f"early termination={calibration['early_termination_rate']:.3f}; {where}")
-    else:
-        print(f"calibration skipped: {skipped}")
+    _print_result(cfg, models, calibration, skipped, written_to_router)
     return metrics
 
 

@@ -160,7 +160,7 @@ def test_registry_reports_missing_and_failing_benchmarks(tmp_path, monkeypatch, 
 def test_quality_targets_read_eval_outputs(tmp_path):
     """Targets come from the evaluation files: exact ratios, and a missing file is n/a, not a crash."""
     from eval.bench import BenchConfig
-    from eval.bench_targets import bench_quality_targets
+    from eval.bench.targets import bench_quality_targets
 
     suff = tmp_path / "suff.json"
     suff.write_text(json.dumps({"models": {"trained": {"auroc": 0.935}, "base": {"auroc": 0.5}}}))

@@ -202,7 +202,7 @@ def test_evolver_credits_shown_principles_and_merges_repeats():
 
 
 def test_probe_matches_the_per_provider_loop():
-    from eval.bench_memagent import random_unit, synthetic_items
+    from eval.bench.memagent import random_unit, synthetic_items
 
     rng = np.random.default_rng(0)
     enc = HashEncoder(64)
@@ -412,7 +412,7 @@ def test_bulk_load_and_item_validation():
 
 
 def test_bench_memagent_probe_small():
-    from eval.bench_memagent import bench_memagent_probe
+    from eval.bench.memagent import bench_memagent_probe
 
     res = bench_memagent_probe(n_memories=200, n_queries=3, seed=1, encoder=None)
     assert res["benchmark"] == "memagent_probe" and res["agreement"]["identical"] == "3/3"

@@ -147,7 +147,7 @@ def test_faiss_backend_agrees(data):
 
 def test_index_benchmark_layout():
     """The index benchmark's result on a small memory: same figure layout as eval/bench.py (no timing asserts)."""
-    from eval.bench_retrieval import bench_index_latency, python_brute_force
+    from eval.bench.retrieval import bench_index_latency, python_brute_force
 
     res = bench_index_latency(n_steps=300, dim=16, n_queries=2, seed=1)
     assert res["benchmark"] == "index_latency" and res["index"]["steps"] == 300

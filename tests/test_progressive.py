@@ -513,7 +513,7 @@ def test_eval_through_http_server_with_judge_and_failure(tmp_path, locomo_episod
 # -- the CLI, end to end with the tiny model ---------------------------------------------------------------------
 def test_cli_end_to_end_tiny_model(tmp_path, tiny_llama_dir, one_torch_thread):
     out = tmp_path / "prog"
-    argv = ["eval", "progressive", str(REPO / "configs" / "progressive_locomo.yaml"), "--answer_model", tiny_llama_dir,
+    argv = ["eval", "progressive", str(REPO / "configs/progressive/eval/locomo.yaml"), "--answer_model", tiny_llama_dir,
             "--encoder", "none", "--rag_encoder", "none", "--max_questions_per_episode", "1",
             "--output_dir", str(out), "--note_max_new_tokens", "8", "--answer_max_new_tokens", "4"]
     assert cli.main(argv) == 0

@@ -1,6 +1,6 @@
 """``memagent_probe``: MemAgent's Begin probe over all 13 long-term providers, 10k memories each.
 
-    python -m eval.bench_memagent [--n_memories 10000] [--n_queries 100] [--output_dir results/bench]
+    python -m eval.bench.memagent [--n_memories 10000] [--n_queries 100] [--output_dir results/bench]
 
 * **Probe latency**: ``ProviderProbe.probe(goal)`` -- every provider's best memory, score and snippet,
   with no LLM -- over 13 providers x ``n_memories`` items, against the naive way: a per-provider Python
@@ -27,8 +27,16 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
+
+from data_synthesis.jsonl import atomic_write_json
+from eval.bench.common import SCHEMA_VERSION, figure, machine_info, summarize, with_target
+from routers.base import git_revision, library_versions
+from routers.memagent.protocol import MemoryItem
+from routers.memagent.providers import PROVIDER_NAMES, ProviderProbe, as_encoder, build_providers, probe_loop
+from train.config import make_arg_parser, parse_config
 
 N_MEMORIES = 10_000
 DIM = 384
@@ -56,8 +64,6 @@ def _goal(rng) -> str:
 
 def synthetic_items(provider, n: int, rng) -> list:
     """``n`` memory items shaped like ``provider``'s own (key = task goal or insight text)."""
-    from routers.memagent.protocol import MemoryItem
-
     goal_keyed = provider.family == "similarity" or provider.name in ("memp", "agent_kb")
     items = []
     for i in range(n):
@@ -98,8 +104,6 @@ class _RandomEncoder:
 
 
 def _summary(times: list[float]) -> dict:
-    from eval.bench import summarize
-
     s = summarize(times)
     s.pop("all_s")
     s["p95_s"] = float(np.percentile(times, 95)) if times else None
@@ -112,24 +116,14 @@ def _same(a, b) -> tuple[bool, float]:
     return same and len(a) == len(b) and diff <= 1e-6, diff
 
 
-def bench_memagent_probe(cfg=None, records=None, device: str = "cpu", n_memories: int | None = None,
-                         n_queries: int | None = None, seed: int | None = None, encoder: str | None = "minilm") -> dict:
-    """Run the benchmark. ``cfg`` (optional, e.g. ``eval.bench.BenchConfig``): ``n_samples`` = queries timed,
-    ``seed``; the keyword arguments override it. ``records``/``device`` are unused (CPU, synthetic data).
-    ``encoder=None`` skips MiniLM (random query vectors)."""
-    from eval.bench import _with_target, figure
-    from routers.memagent.providers import PROVIDER_NAMES, ProviderProbe, build_providers, probe_loop
+_ENCODER_FROM_CFG = object()  # bench_memagent_probe's default: cfg.memagent_encoder, else MiniLM
 
-    n_memories = n_memories or getattr(cfg, "memagent_memories", N_MEMORIES)
-    n_queries = max(1, n_queries or getattr(cfg, "n_samples", 100))
-    seed = seed if seed is not None else getattr(cfg, "seed", 0)
-    rng = np.random.default_rng(seed)
 
+def _query_encoder(encoder: str | None, seed: int):
+    """(description, encoder, load seconds): ``encoder`` when it loads, else seeded random unit vectors."""
     enc_name, enc, load_s = "random unit vectors (MiniLM not loaded)", _RandomEncoder(DIM, seed + 1), None
     if encoder:
         try:
-            from routers.memagent.providers import as_encoder
-
             t0 = time.perf_counter()
             enc = as_encoder(encoder)
             enc.encode(["warm up"])
@@ -137,24 +131,23 @@ def bench_memagent_probe(cfg=None, records=None, device: str = "cpu", n_memories
         except Exception as err:  # noqa: BLE001 - the benchmark still runs, and says so
             print(f"[bench] memagent_probe: encoder {encoder!r} unavailable ({err}); random query vectors",
                   file=sys.stderr)
-    dim = int(enc.encode(["dimension"]).shape[1])
+    return enc_name, enc, load_s
 
+
+def _filled_providers(enc, n_memories: int, rng, dim: int) -> tuple[dict, float]:
+    """Every provider bulk-loaded with ``n_memories`` synthetic items; and the seconds it took."""
     t0 = time.perf_counter()
     providers = build_providers(encoder=enc)
     for name in PROVIDER_NAMES:
         p = providers[name]
         p.bulk_load(synthetic_items(p, n_memories, rng), random_unit(rng, n_memories, dim) if p.uses_dense else None)
         print(f"[bench] memagent_probe: filled {name} ({n_memories})", file=sys.stderr)
-    fill_s = time.perf_counter() - t0
+    return providers, time.perf_counter() - t0
 
-    goals = [_goal(rng) for _ in range(n_queries + 1)]
-    enc_times, vecs = [], []
-    for g in goals:
-        t0 = time.perf_counter()
-        vecs.append(enc.encode([g])[0])
-        enc_times.append(time.perf_counter() - t0)
 
-    load_before = os.getloadavg() if hasattr(os, "getloadavg") else None
+def _time_probes(providers: dict, goals: list[str], vecs: list) -> dict:
+    """ProviderProbe against the per-provider loop on every goal but the last (the warmup one), the agreement
+    of their answers, and the probe time right after one provider stores an item (its block is rebuilt)."""
     probe = ProviderProbe(providers)
     t0 = time.perf_counter()
     probe.probe(goals[-1], goal_vector=vecs[-1])  # builds the cache
@@ -171,14 +164,51 @@ def bench_memagent_probe(cfg=None, records=None, device: str = "cpu", n_memories
         ok, diff = _same(a, b)
         agree += ok
         max_diff = max(max_diff, diff)
-    # one provider stores: its state is replaced; the next probe rebuilds that block + the concatenation
+    return {"probe": probe, "fast": fast, "slow": slow, "agree": agree, "max_diff": max_diff, "first_s": first_s}
+
+
+def _rebuild_after_store(providers: dict, probe, goal: str, vec, n_memories: int, rng, dim: int) -> float:
+    """One provider stores: its state is replaced; the next probe rebuilds that block + the concatenation."""
     p = providers["voyager"]
     extra = synthetic_items(p, 1, rng)[0]
     extra = dataclasses.replace(extra, item_id=f"voyager-{n_memories:06d}")
     p.bulk_load([*p.items, extra], np.vstack([p.state.embeddings, random_unit(rng, 1, dim)]))
     t0 = time.perf_counter()
-    probe.probe(goals[0], goal_vector=vecs[0])
-    rebuild_s = time.perf_counter() - t0
+    probe.probe(goal, goal_vector=vec)
+    return time.perf_counter() - t0
+
+
+def bench_memagent_probe(cfg=None, records=None, device: str = "cpu", n_memories: int | None = None,
+                         n_queries: int | None = None, seed: int | None = None,
+                         encoder: str | None = _ENCODER_FROM_CFG) -> dict:
+    """Run the benchmark. ``cfg`` (optional, e.g. ``eval.bench.BenchConfig``): ``n_samples`` = queries timed,
+    ``seed``, ``memagent_encoder`` (the query encoder; '' or 'none' = random query vectors); the keyword
+    arguments override it. ``records``/``device`` are unused (CPU, synthetic data). ``encoder=None`` skips
+    MiniLM (random query vectors); without ``encoder`` or ``cfg.memagent_encoder`` it is MiniLM."""
+    if encoder is _ENCODER_FROM_CFG:
+        encoder = getattr(cfg, "memagent_encoder", "minilm")
+        encoder = None if (encoder or "").lower() in ("", "none") else encoder
+    n_memories = n_memories or getattr(cfg, "memagent_memories", N_MEMORIES)
+    n_queries = max(1, n_queries or getattr(cfg, "n_samples", 100))
+    seed = seed if seed is not None else getattr(cfg, "seed", 0)
+    rng = np.random.default_rng(seed)
+
+    enc_name, enc, load_s = _query_encoder(encoder, seed)
+    dim = int(enc.encode(["dimension"]).shape[1])
+    providers, fill_s = _filled_providers(enc, n_memories, rng, dim)
+
+    goals = [_goal(rng) for _ in range(n_queries + 1)]
+    enc_times, vecs = [], []
+    for g in goals:
+        t0 = time.perf_counter()
+        vecs.append(enc.encode([g])[0])
+        enc_times.append(time.perf_counter() - t0)
+
+    load_before = os.getloadavg() if hasattr(os, "getloadavg") else None
+    timed = _time_probes(providers, goals, vecs)
+    probe, fast, slow = timed["probe"], timed["fast"], timed["slow"]
+    agree, max_diff, first_s = timed["agree"], timed["max_diff"], timed["first_s"]
+    rebuild_s = _rebuild_after_store(providers, probe, goals[0], vecs[0], n_memories, rng, dim)
 
     load_after = os.getloadavg() if hasattr(os, "getloadavg") else None
     fs, ss, es = _summary(fast), _summary(slow), _summary(enc_times[:-1])
@@ -215,7 +245,7 @@ def bench_memagent_probe(cfg=None, records=None, device: str = "cpu", n_memories
                    f"median seconds to encode one goal ({enc_name}); no baseline"),
         ],
     }
-    return _with_target(result)
+    return with_target(result)
 
 
 @dataclass
@@ -228,14 +258,7 @@ class MemAgentBenchConfig:
 
 
 def main(argv=None) -> dict:
-    from pathlib import Path
-
-    from data_synthesis.jsonl import atomic_write_json
-    from eval.bench import SCHEMA_VERSION, machine_info
-    from routers.base import git_revision, library_versions
-    from train.config import make_arg_parser, parse_config
-
-    parser = make_arg_parser([MemAgentBenchConfig], prog="python -m eval.bench_memagent",
+    parser = make_arg_parser([MemAgentBenchConfig], prog="python -m eval.bench.memagent",
                              description="Benchmark MemAgent's Begin probe (13 providers x 10k memories).")
     (cfg,) = parse_config(parser, [MemAgentBenchConfig], argv)
     res = bench_memagent_probe(n_memories=cfg.n_memories, n_queries=cfg.n_queries, seed=cfg.seed,

@@ -15,7 +15,7 @@ import json
 import math
 from pathlib import Path
 
-from eval.bench import BenchConfig, _with_target, figure
+from eval.bench.common import BenchConfig, figure, with_target
 from routers.memagent.prompts import NONE
 
 
@@ -41,7 +41,7 @@ def _num(x) -> float | None:
 
 def sufficiency_figures(path: str | None) -> list[dict]:
     m, src = _load(path)
-    how = "memroute eval sufficiency configs/sufficiency_eval.yaml"
+    how = "memroute eval sufficiency configs/sufficiency/eval/default.yaml"
     if m is None:
         return [_missing("sufficiency_auroc_vs_0.85", src, how, (">=", 1.0))]
     models = m.get("models", {})
@@ -56,7 +56,7 @@ def sufficiency_figures(path: str | None) -> list[dict]:
 
 def retrieval_figures(path: str | None) -> list[dict]:
     m, src = _load(path)
-    how = "memroute eval retrieval configs/retriever_eval.yaml"
+    how = "memroute eval retrieval configs/retriever/eval/default.yaml"
     if m is None:
         return [_missing("retriever_recall@5_trained_vs_base", src, how, (">=", 1.0))]
     systems = m.get("systems", {})
@@ -71,7 +71,7 @@ def retrieval_figures(path: str | None) -> list[dict]:
 
 def progressive_figures(path: str | None, label: str) -> list[dict]:
     m, src = _load(path)
-    how = f"memroute eval progressive configs/progressive_{label}.yaml --router <export>"
+    how = f"memroute eval progressive configs/progressive/eval/{label}.yaml --router <export>"
     if m is None:
         return [_missing(f"progressive_{label}_t_mem_vs_slow", src, how, ("<=", 0.75))]
     t = m.get("test_at_dev_tau") or {}
@@ -102,7 +102,7 @@ def progressive_figures(path: str | None, label: str) -> list[dict]:
 
 def memagent_figures(path: str | None) -> list[dict]:
     m, src = _load(path)
-    how = "memroute eval memagent configs/memagent_eval.yaml"
+    how = "memroute eval memagent configs/memagent/eval/default.yaml"
     if m is None or "routed" not in m:
         return [_missing("memagent_routed_vs_best_single", src if m is None else f"{src} has no routed row", how,
                          (">=", 1.0))]
@@ -126,5 +126,5 @@ def bench_quality_targets(cfg: BenchConfig, records: list[dict], device: str) ->
             + progressive_figures(cfg.progressive_locomo_metrics, "locomo")
             + progressive_figures(cfg.progressive_textworld_metrics, "textworld")
             + memagent_figures(cfg.memagent_metrics))
-    return _with_target({"benchmark": "quality_targets", "figures": figs,
+    return with_target({"benchmark": "quality_targets", "figures": figs,
                          "note": "read from evaluation outputs; rerun the evaluations to refresh"})

@@ -13,7 +13,7 @@
 The vectors are random (seeded) unit vectors: search cost does not depend on what they encode, and
 the benchmark then needs no encoder. The timed call is ``index.search(query, k)`` including query
 normalization and id lookup. The top-10 of both methods is compared (``results_agree``).
-Figures use :func:`eval.bench.figure`, so the result has the same layout as every other benchmark.
+Figures use :func:`eval.bench.common.figure`, so the result has the same layout as every other benchmark.
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ import sys
 import time
 
 import numpy as np
+
+from eval.bench.common import figure, summarize, with_target
+from routers.memory.index import VectorIndex
 
 INDEX_STEPS = 10_000
 DIM = 384
@@ -54,9 +57,6 @@ def bench_index_latency(cfg=None, records=None, device: str = "cpu", n_steps: in
                         dim: int | None = None, n_queries: int | None = None, seed: int | None = None) -> dict:
     """Run the benchmark; ``cfg`` is a ``BenchConfig`` (``n_samples`` = queries timed on the Python
     baseline, ``seed``); the keyword arguments override it. ``records`` and ``device`` are unused."""
-    from eval.bench import _with_target, figure, summarize
-    from routers.memory.index import VectorIndex
-
     n_steps = n_steps or getattr(cfg, "index_steps", INDEX_STEPS)
     dim = dim or DIM
     n_base = max(1, n_queries or getattr(cfg, "n_samples", 16))
@@ -123,4 +123,4 @@ def bench_index_latency(cfg=None, records=None, device: str = "cpu", n_steps: in
                    "normalizing them into the loop baseline's Python lists; ratio = speedup"),
         ],
     }
-    return _with_target(result)
+    return with_target(result)
