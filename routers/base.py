@@ -1,7 +1,10 @@
-"""Router protocol, registry, and the export conventions every router follows (DESIGN §9)."""
+"""The exported-router contract (:class:`ExportedRouter`), the router registry, and the export conventions every
+router follows (DESIGN §9)."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import json
 import os
 import platform
@@ -10,40 +13,18 @@ import subprocess
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
 ROUTER_CONFIG = "router_config.json"
 CALIBRATION = "calibration.json"
+MODEL_CARD = "README.md"
 ROUTER_SCHEMA_VERSION = 1
-_REGISTRY: dict[str, type] = {}
 
-
-@runtime_checkable
-class Router(Protocol):
-    router_type: str
-
-    def score(self, *args, **kwargs): ...
-
-    def decide(self, scores, threshold: float | None = None): ...
-
-    def save_pretrained(self, path: str | os.PathLike) -> None: ...
-
-    @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, **kwargs) -> "Router": ...
-
-
-# router_type -> the module that registers it: load_router imports it on first use, so a fresh process can
-# load any export without importing the router class first.
-ROUTER_MODULES = {"sufficiency": "routers.sufficiency", "retriever": "routers.retriever",
-                  "memagent": "routers.memagent.router"}
-
-
-def register_router(name: str):
-    def wrap(cls):
-        cls.router_type = name
-        _REGISTRY[name] = cls
-        return cls
-    return wrap
+# router_type -> "module:Class". load_router imports the module on first use, so a fresh process can load any
+# export without importing the router class first (strings, as TRL's lazy _import_structure).
+ROUTERS = {"sufficiency": "routers.sufficiency:SufficiencyRouter",
+           "retriever": "routers.retriever:RetrieverRouter",
+           "memagent": "routers.memagent.router:MemAgentRouter"}
 
 
 class RouterConfigError(ValueError):
@@ -97,8 +78,6 @@ def read_router_config(path: str | os.PathLike, router_type: str | None = None, 
         raise RouterConfigError(f"{file}: router_type is {raw.get('router_type')!r:.80}, expected {router_type!r}")
     check_schema_version(raw, file)
     if config_cls is not None:
-        import dataclasses
-
         fields = dataclasses.fields(config_cls)
         missing = [f.name for f in fields if f.init and f.name not in raw
                    and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
@@ -115,42 +94,43 @@ def read_router_config(path: str | os.PathLike, router_type: str | None = None, 
     return raw
 
 
+# Calibrated thresholds: key -> (lowest, highest, null allowed). A router reads the keys it declares in
+# ``calibration_keys`` (the retriever's threshold is a cosine in [-1, 1] or null); by default these three.
+PROBABILITY = (0.0, 1.0, False)
 CALIBRATION_THRESHOLDS = ("threshold", "in_threshold", "end_threshold")
 
 
-def read_calibration(path: str | os.PathLike) -> dict:
-    """``calibration.json`` of an export ({} when absent): a JSON object whose thresholds (``threshold``,
-    ``in_threshold``, ``end_threshold``), when present, are finite numbers in [0, 1]."""
-    from routers.validation import probability
+def read_calibration(path: str | os.PathLike, keys: dict[str, tuple] | None = None) -> dict:
+    """``calibration.json`` of an export ({} when absent): a JSON object whose thresholds, when present, are
+    finite numbers in range. ``keys`` maps each threshold to ``(low, high, null_allowed)``; the default checks
+    ``threshold``, ``in_threshold`` and ``end_threshold`` as probabilities in [0, 1]."""
+    from routers.validation import real_number
 
     file = Path(path) / CALIBRATION
     if not file.exists():
         return {}
     cal = _read_object(file, "calibration")
-    for key in CALIBRATION_THRESHOLDS:
-        if key in cal:
+    keys = keys if keys is not None else dict.fromkeys(CALIBRATION_THRESHOLDS, PROBABILITY)
+    for key, (low, high, nullable) in keys.items():
+        if key in cal and not (nullable and cal[key] is None):
             try:
-                probability(cal[key], key)
+                real_number(cal[key], key, low, high)
             except ValueError as err:
                 raise RouterConfigError(f"{file}: {err}") from None
     return cal
 
 
 def router_class(router_type, source: str | os.PathLike | None = None) -> type:
-    """The class registered for ``router_type``, importing its module on first use (see ROUTER_MODULES)."""
-    import importlib
-
+    """The router class for ``router_type`` (see ROUTERS), importing its module on first use."""
     where = f"{source}: " if source is not None else ""
     if router_type is None:
         raise RouterConfigError(f"{where}router_type missing (not a router export?)")
     if not isinstance(router_type, str):
         raise RouterConfigError(f"{where}router_type must be a string, got {router_type!r:.80}")
-    if router_type not in _REGISTRY and router_type in ROUTER_MODULES:
-        importlib.import_module(ROUTER_MODULES[router_type])
-    if router_type not in _REGISTRY:
-        raise RouterConfigError(f"{where}unknown router_type {router_type!r:.80}; known: "
-                                f"{sorted(set(_REGISTRY) | set(ROUTER_MODULES))}")
-    return _REGISTRY[router_type]
+    if router_type not in ROUTERS:
+        raise RouterConfigError(f"{where}unknown router_type {router_type!r:.80}; known: {sorted(ROUTERS)}")
+    module, name = ROUTERS[router_type].split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def load_router(path: str | os.PathLike, **kwargs):
@@ -308,3 +288,101 @@ def model_card_json_sections(training: dict | None = None, metrics: dict | None 
         if payload:
             lines += ["", f"## {title}", "", "```json", json.dumps(payload, indent=2, default=str), "```"]
     return lines
+
+
+class ExportedRouter:
+    """A router that memroute exports as one directory and loads back: the contract all three routers share.
+
+    * ``from_pretrained(path, device=None, dtype=None)`` loads an export (or ``routers.base.load_router(path)``,
+      which picks the class from ``router_config.json``); ``save_pretrained(path, model_card=None,
+      calibration=None) -> Path`` writes one; ``router_config()`` is the dict written as router_config.json.
+    * ``score(...)`` returns floats (a torch.Tensor, or a numpy array for the retriever) for the router's own
+      inputs: question + context (sufficiency), query + steps (retriever), a phase + its inputs (MemAgent).
+    * ``decide(scores, threshold=None)`` turns scores into a list of decisions ("terminate" / "continue", the
+      indices of the steps to keep); ``threshold=None`` uses the calibrated / configured one. MemAgent decides
+      per phase (``phase=``): the Begin option, an In bool, the End providers.
+
+    The export directory holds the weights (and tokenizer) written by :meth:`_save_weights`,
+    ``router_config.json`` (``schema_version``, ``router_type`` and the ``config_cls`` fields),
+    ``calibration.json`` (the ``calibration_keys`` thresholds, which override the config's when present) and
+    the model card ``README.md``. It is written atomically (:func:`atomic_directory`) and every file is checked
+    when read (a RouterConfigError names the file).
+
+    A subclass sets ``router_type`` (its key in :data:`ROUTERS`), ``config_cls`` (a dataclass with
+    ``check_values``) and ``calibration_keys``; its ``__init__`` takes the model arguments plus ``config=`` and
+    ``calibration=``; it implements :meth:`_load_weights`, :meth:`_save_weights` and :meth:`model_card`, and
+    optionally :meth:`_check_loaded` and :meth:`_description`.
+    """
+
+    router_type: ClassVar[str]
+    config_cls: ClassVar[type]
+    calibration_keys: ClassVar[dict[str, tuple]] = {}  # threshold -> (low, high, null allowed)
+
+    config: Any
+    calibration: dict
+
+    # -- loading -------------------------------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, device: str | None = None, dtype=None):
+        """Load an export: ``router_config.json`` (type, schema version, fields, values), ``calibration.json``
+        (optional; its thresholds override the config's), the weights files' headers, then the weights."""
+        from routers.validation import check_safetensors_files
+
+        path = Path(path)
+        raw = read_router_config(path, cls.router_type, cls.config_cls)  # checks types and values
+        names = [f.name for f in dataclasses.fields(cls.config_cls) if f.init]
+        config = cls.config_cls(**{k: raw[k] for k in names if k in raw})
+        calibration = read_calibration(path, cls.calibration_keys)  # thresholds checked: finite, in range
+        for key in cls.calibration_keys:
+            if key in calibration:
+                setattr(config, key, None if calibration[key] is None else float(calibration[key]))
+        check_safetensors_files(path)
+        router = cls(**cls._load_weights(path, config, device=device, dtype=dtype), config=config,
+                     calibration=calibration)
+        router._check_loaded(path, raw)
+        return router
+
+    @classmethod
+    def _load_weights(cls, path: Path, config, device: str | None = None, dtype=None) -> dict:
+        """The constructor's model arguments (``{"model": ..., "tokenizer": ...}``) loaded from ``path`` onto
+        ``device``; library errors become RouterConfigErrors naming the part (``routers.validation.load_errors``)."""
+        raise NotImplementedError
+
+    def _check_loaded(self, path: Path, raw: dict) -> None:
+        """Checks that need the loaded weights (``raw`` is router_config.json as read); RouterConfigError."""
+
+    # -- saving --------------------------------------------------------------------------------------------
+    def router_config(self) -> dict:
+        """router_config.json: schema version, router type, :meth:`_description`, the config fields, versions."""
+        return {"schema_version": ROUTER_SCHEMA_VERSION, "router_type": self.router_type, **self._description(),
+                **dataclasses.asdict(self.config), "library_versions": library_versions(),
+                "git_revision": git_revision()}
+
+    def _description(self) -> dict:
+        """Informative router_config.json entries written before the config fields (``labels``: what the scores
+        mean); not read back."""
+        return {}
+
+    def default_calibration(self) -> dict:
+        """What calibration.json holds when none is given: the loaded calibration, else the config's thresholds."""
+        return self.calibration or {key: getattr(self.config, key) for key in self.calibration_keys}
+
+    def save_pretrained(self, path: str | os.PathLike, model_card: str | None = None,
+                        calibration: dict | None = None) -> Path:
+        """Write the weights, router_config.json, calibration.json and README.md atomically (a crash leaves the
+        previous export or nothing; only an empty directory or a previous export of this type is replaced)."""
+        calibration = calibration if calibration is not None else self.default_calibration()
+        with atomic_directory(path, self.router_type) as tmp:
+            self._save_weights(tmp)
+            write_json(tmp / ROUTER_CONFIG, self.router_config())
+            write_json(tmp / CALIBRATION, calibration)
+            (tmp / MODEL_CARD).write_text(model_card or self.model_card())
+        return Path(path)
+
+    def _save_weights(self, directory: Path) -> None:
+        """Write the weights (and tokenizer) into ``directory`` (the temporary export directory)."""
+        raise NotImplementedError
+
+    def model_card(self, metrics: dict | None = None, training: dict | None = None) -> str:
+        """The README.md model card (``training`` / ``metrics`` become JSON sections)."""
+        raise NotImplementedError

@@ -1,7 +1,7 @@
 """The ``memroute`` command: one entry point that dispatches to each job's ``main(argv)``.
 
 Every job is also a module runnable with ``python -m`` or ``accelerate launch -m`` (e.g.
-``accelerate launch -m train.sufficiency configs/sufficiency_smollm2.yaml``).
+``accelerate launch -m train.sufficiency configs/sufficiency/train/smollm2.yaml``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ JOBS = {
               "forced-exploration": "data_synthesis.memagent:main", "mix": "data_synthesis.mix:main"},
     "train": {"sufficiency": "train.sufficiency:main", "retriever": "train.retriever:main",
               "memagent": "train.memagent:main"},
+    # every export target runs train.export.export(<router>, argv); the retriever / memagent names are its aliases
     "export": {"sufficiency": "train.export:main", "retriever": "train.retriever:export_main",
                "memagent": "train.memagent:export_main"},
     "eval": {"sufficiency": "eval.sufficiency:main", "retrieval": "eval.retrieval:main",

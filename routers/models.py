@@ -192,6 +192,36 @@ def output_kv_cache(out):
     return cache if cache is not None else out.past_key_values
 
 
+def left_pad(sequences: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Left-pad so the decision position is the last column; position ids skip the padding."""
+    import torch
+
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, s in enumerate(sequences):
+        if s:
+            ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
+            mask[i, width - len(s):] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    return {"input_ids": ids, "attention_mask": mask, "position_ids": positions}
+
+
+def padding_safe_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """A [batch, 1, seq, seq] boolean mask equal to causal & padding, except that every query also sees
+    itself, so no row is empty. Left padding makes the pad queries' rows empty, and on CUDA SDPA's
+    memory-efficient kernel turns empty rows into NaN gradients that poison the whole step. Real tokens
+    see exactly what the 2D mask gives them (pads stay hidden), so their outputs do not change."""
+    import torch
+
+    seq = attention_mask.shape[-1]
+    device = attention_mask.device
+    causal = torch.ones(seq, seq, dtype=torch.bool, device=device).tril()
+    mask = causal[None] & attention_mask.bool()[:, None, :]
+    mask |= torch.eye(seq, dtype=torch.bool, device=device)[None]
+    return mask[:, None]
+
+
 def bf16_supported() -> bool:
     """bf16 pays off here: a CUDA GPU with bf16, or a CPU with native bf16 (AVX512-BF16 / AMX)."""
     import torch
@@ -282,8 +312,6 @@ class TransformersBackend:
         tokens after ``"Field:"``, so every reply parses. One forward pass per field and batch.
         """
         import torch
-
-        from routers.sufficiency import left_pad
 
         model, tok = self._load()
         cand = torch.tensor(choice_token_ids(tok, choices))

@@ -7,22 +7,22 @@
     r.retrieve("When did ...", index, k=5)                                      # [(step_id, score), ...]
 
 The export is a plain sentence-transformers folder (``SentenceTransformer(path)`` loads it too, so
-does ``HybridRetriever(encoder=path)``) plus ``router_config.json`` (router_type ``"retriever"``) and a
-model card. Steps are embedded as ``Step.render()`` -- the same text the retrieval prefix indexes.
+does ``HybridRetriever(encoder=path)``) plus ``router_config.json`` (router_type ``"retriever"``),
+``calibration.json`` (the cosine ``threshold``, null = none: keep the top-k) and a model card. Exports
+written before calibration.json existed keep their threshold in ``router_config.json``; it is still read. Steps are embedded as ``Step.render()`` -- the same text the retrieval prefix indexes.
 Embeddings are L2-normalized, so scores are cosine similarities in [-1, 1].
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from routers.base import (ROUTER_CONFIG, ROUTER_SCHEMA_VERSION, RouterConfigError, atomic_directory, git_revision,
-                          library_versions, model_card_json_sections, read_router_config, register_router, write_json)
+from routers.base import ROUTER_CONFIG, ExportedRouter, RouterConfigError, model_card_json_sections
 from routers.memory.index import VectorIndex
 from routers.memory.schema import Episode, Step
 
@@ -82,15 +82,17 @@ def _optional_k(k, name: str = "k") -> int | None:
     return None if k is None else positive_int(k, name)
 
 
-@register_router("retriever")
-class RetrieverRouter:
+class RetrieverRouter(ExportedRouter):
     """A sentence encoder that ranks memory steps for a query (one embedding per step, cosine)."""
 
     router_type = "retriever"
+    config_cls = RetrieverConfig
+    calibration_keys = {"threshold": (-1.0, 1.0, True)}  # a cosine; null = no threshold (top-k only)
 
-    def __init__(self, model, config: RetrieverConfig | None = None):
+    def __init__(self, model, config: RetrieverConfig | None = None, calibration: dict | None = None):
         self.model = model.eval()
         self.config = config or RetrieverConfig()
+        self.calibration = calibration or {}
         if self.config.max_seq_length is None:
             self.config.max_seq_length = getattr(model, "max_seq_length", None)
 
@@ -103,24 +105,22 @@ class RetrieverRouter:
         return cls(load_encoder(name_or_path, device=device), RetrieverConfig(base_model=name_or_path, **config))
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, device: str | None = None) -> "RetrieverRouter":
+    def _load_weights(cls, path: Path, config: RetrieverConfig, device: str | None = None, dtype=None) -> dict:
+        """The sentence-transformers folder (cast to ``dtype`` when one is given)."""
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
 
-        from routers.validation import check_safetensors_files, load_errors
+        from routers.validation import load_errors
 
-        path = Path(path)
-        raw = read_router_config(path, "retriever", RetrieverConfig)  # checks types and values
-        cfg = RetrieverConfig(**{k: raw[k] for k in RetrieverConfig.__dataclass_fields__ if k in raw})
-        check_safetensors_files(path)
         with load_errors(path, "sentence-transformers model"):
             model = SentenceTransformer(str(path), device=device)
-        router = cls(model, cfg)
+        return {"model": model if dtype is None else model.to(dtype)}
+
+    def _check_loaded(self, path: Path, raw: dict) -> None:
         dim = raw.get("embedding_dim")
-        if dim is not None and dim != router.dim:
+        if dim is not None and dim != self.dim:
             raise RouterConfigError(f"{path / ROUTER_CONFIG}: embedding_dim is {dim!r:.40} but the model in {path} "
-                                    f"embeds into {router.dim} dimensions")
-        return router
+                                    f"embeds into {self.dim} dimensions")
 
     # -- inference -----------------------------------------------------------------------------------
     def encode(self, texts: Sequence[Step | str] | Step | str, batch_size: int = 64, show_progress_bar: bool = False,
@@ -205,19 +205,15 @@ class RetrieverRouter:
         return keep[: (k or self.config.top_k)]
 
     # -- export --------------------------------------------------------------------------------------
-    def router_config(self) -> dict:
-        return {"schema_version": ROUTER_SCHEMA_VERSION, "router_type": self.router_type,
-                "labels": {"score": "cosine(e(query), e(step)); higher = more likely evidence"},
-                "embedding_dim": self.dim, "normalized": True, **asdict(self.config),
-                "library_versions": library_versions(), "git_revision": git_revision()}
+    def _description(self) -> dict:
+        return {"labels": {"score": "cosine(e(query), e(step)); higher = more likely evidence"},
+                "embedding_dim": self.dim, "normalized": True}
 
-    def save_pretrained(self, path: str | os.PathLike, model_card: str | None = None) -> Path:
-        """Write the sentence-transformers folder + router_config.json + README.md, atomically."""
-        with atomic_directory(path, "retriever") as tmp:
-            self.model.save_pretrained(str(tmp), create_model_card=False)
-            write_json(tmp / ROUTER_CONFIG, self.router_config())
-            (tmp / "README.md").write_text(model_card or default_model_card(self))
-        return Path(path)
+    def _save_weights(self, directory: Path) -> None:
+        self.model.save_pretrained(str(directory), create_model_card=False)
+
+    def model_card(self, metrics: dict | None = None, training: dict | None = None) -> str:
+        return default_model_card(self, metrics=metrics, training=training)
 
 
 def default_model_card(router: RetrieverRouter, metrics: dict | None = None, training: dict | None = None) -> str:

@@ -8,16 +8,14 @@ terminates retrieval when s >= tau; a prompt longer than the input budget always
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
-from routers.base import (CALIBRATION, ROUTER_CONFIG, ROUTER_SCHEMA_VERSION, RouterConfigError, atomic_directory,
-                          git_revision, library_versions, model_card_json_sections, read_calibration,
-                          read_router_config, register_router, write_json)
+from routers.base import PROBABILITY, ROUTER_CONFIG, ExportedRouter, RouterConfigError, model_card_json_sections
+from routers.models import left_pad, padding_safe_mask  # noqa: F401 (padding_safe_mask: re-exported for train/tests)
 
 YES_WORDS = ("yes", "Yes", "YES")
 NO_WORDS = ("no", "No", "NO")
@@ -54,32 +52,6 @@ def build_prompt(tokenizer, question: str, context: str, rationale: str | None =
     if getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     return f"{system_prompt}\n\n{user}\nAnswer:"
-
-
-def left_pad(sequences: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
-    """Left-pad so the decision position is the last column; position ids skip the padding."""
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for i, s in enumerate(sequences):
-        if s:
-            ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
-            mask[i, width - len(s):] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    return {"input_ids": ids, "attention_mask": mask, "position_ids": positions}
-
-
-def padding_safe_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """A [batch, 1, seq, seq] boolean mask equal to causal & padding, except that every query also sees
-    itself, so no row is empty. Left padding makes the pad queries' rows empty, and on CUDA SDPA's
-    memory-efficient kernel turns empty rows into NaN gradients that poison the whole step. Real tokens
-    see exactly what the 2D mask gives them (pads stay hidden), so their outputs do not change."""
-    seq = attention_mask.shape[-1]
-    device = attention_mask.device
-    causal = torch.ones(seq, seq, dtype=torch.bool, device=device).tril()
-    mask = causal[None] & attention_mask.bool()[:, None, :]
-    mask |= torch.eye(seq, dtype=torch.bool, device=device)[None]
-    return mask[:, None]
 
 
 def group_log_probs(last_logits: torch.Tensor, yes_ids: Sequence[int], no_ids: Sequence[int]):
@@ -149,11 +121,12 @@ class SufficiencyConfig:
                     raise ValueError(reason)
 
 
-@register_router("sufficiency")
-class SufficiencyRouter:
+class SufficiencyRouter(ExportedRouter):
     """Load with :meth:`from_pretrained`; call :meth:`score` then :meth:`decide`."""
 
     router_type = "sufficiency"
+    config_cls = SufficiencyConfig
+    calibration_keys = {"threshold": PROBABILITY}
 
     def __init__(self, model, tokenizer, config: SufficiencyConfig, calibration: dict | None = None):
         self.model = model.eval()
@@ -171,35 +144,28 @@ class SufficiencyRouter:
     @classmethod
     def from_base(cls, name_or_path: str, device: str | None = None, **kwargs) -> "SufficiencyRouter":
         """An untrained router straight from a causal LM (the zero-shot baseline)."""
-        from routers.models import load_causal_lm, default_device
+        from routers.models import default_device, load_causal_lm
 
         model, tok = load_causal_lm(name_or_path, device=device or default_device())
         return cls.from_model(model, tok, base_model=name_or_path, **kwargs)
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, device: str | None = None, dtype=None) -> "SufficiencyRouter":
+    def _load_weights(cls, path: Path, config: SufficiencyConfig, device: str | None = None, dtype=None) -> dict:
+        """The merged causal LM (``dtype``, default float32) and tokenizer; verbalizer ids inside the vocabulary."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from routers.models import default_device
-        from routers.validation import check_safetensors_files, load_errors
+        from routers.validation import load_errors
 
-        path = Path(path)
-        raw = read_router_config(path, "sufficiency", SufficiencyConfig)  # checks types and values
-        cfg = SufficiencyConfig(**{k: raw[k] for k in SufficiencyConfig.__dataclass_fields__ if k in raw})
-        calibration = read_calibration(path)  # thresholds checked: finite, in [0, 1]
-        if "threshold" in calibration:
-            cfg.threshold = float(calibration["threshold"])
-        check_safetensors_files(path)
         with load_errors(path, "model"):
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
         with load_errors(path, "tokenizer"):
             tok = AutoTokenizer.from_pretrained(path)
         vocab = model.get_output_embeddings().weight.shape[0]
-        bad = [i for i in cfg.yes_token_ids + cfg.no_token_ids if not 0 <= i < vocab]
+        bad = [i for i in config.yes_token_ids + config.no_token_ids if not 0 <= i < vocab]
         if bad:
             raise RouterConfigError(f"{path / ROUTER_CONFIG}: verbalizer token id(s) {bad} outside the vocabulary (0..{vocab - 1})")
-        model.to(device or default_device())
-        return cls(model, tok, cfg, calibration)
+        return {"model": model.to(device or default_device()), "tokenizer": tok}
 
     # -- inference -----------------------------------------------------------------------------------
     def encode(self, questions: Sequence[str] | str, contexts: Sequence[str] | str) -> list[list[int]]:
@@ -256,22 +222,15 @@ class SufficiencyRouter:
         return [TERMINATE if (not math.isnan(s) and s >= tau) else CONTINUE for s in vals]
 
     # -- export --------------------------------------------------------------------------------------
-    def router_config(self) -> dict:
-        return {"schema_version": ROUTER_SCHEMA_VERSION, "router_type": self.router_type,
-                "labels": {"1": "sufficient (terminate)", "0": "insufficient (continue)"},
-                **self.config.__dict__, "library_versions": library_versions(), "git_revision": git_revision()}
+    def _description(self) -> dict:
+        return {"labels": {"1": "sufficient (terminate)", "0": "insufficient (continue)"}}
 
-    def save_pretrained(self, path: str | os.PathLike, model_card: str | None = None,
-                        calibration: dict | None = None) -> Path:
-        """Write weights, tokenizer, router_config.json, calibration.json and README.md atomically."""
-        calibration = calibration if calibration is not None else (self.calibration or {"threshold": self.config.threshold})
-        with atomic_directory(path, "sufficiency") as tmp:
-            self.model.save_pretrained(tmp, safe_serialization=True)
-            self.tokenizer.save_pretrained(tmp)
-            write_json(tmp / ROUTER_CONFIG, self.router_config())
-            write_json(tmp / CALIBRATION, calibration)
-            (tmp / "README.md").write_text(model_card or default_model_card(self))
-        return Path(path)
+    def _save_weights(self, directory: Path) -> None:
+        self.model.save_pretrained(directory, safe_serialization=True)
+        self.tokenizer.save_pretrained(directory)
+
+    def model_card(self, metrics: dict | None = None, training: dict | None = None) -> str:
+        return default_model_card(self, metrics=metrics, training=training)
 
 
 def default_model_card(router: SufficiencyRouter, metrics: dict | None = None, training: dict | None = None) -> str:

@@ -114,7 +114,9 @@ def test_router_api_and_prefix_take_the_trained_encoder(trained):
     top = router.retrieve(recs[3]["query"], index, k=3)
     assert len(top) == 3 and top[0][1] == pytest.approx(float(scores.max()), abs=1e-5)
     assert [i for i, _ in top] == [steps[j].step_id for j in router.decide(scores, k=3)]
-    assert router.decide(scores, threshold=2.0) == []
+    assert router.decide(scores, threshold=1.0) == []  # no step is the query itself
+    with pytest.raises(ValueError, match=r"threshold must be a finite number in \[-1, 1\], got 2.0"):
+        router.decide(scores, threshold=2.0)  # a cosine threshold above 1 is a mistake, not "keep nothing"
     # HybridRetriever takes the export by path (and a router object) and embeds steps the same way
     by_path = HybridRetriever(encoder=str(out / "export"), dense_weight=1.0)
     by_obj = HybridRetriever(encoder=router, dense_weight=1.0)

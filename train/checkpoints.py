@@ -1,9 +1,10 @@
-"""Pick the checkpoint to resume from: the newest one that was written completely.
+"""Checkpoints of the three trainers: which one to resume from, and what a finished run recorded.
 
 ``Trainer._save_checkpoint`` writes weights, optimizer, scheduler and RNG states first and
 ``trainer_state.json`` last, and none of it atomically. A run killed while saving leaves a
 ``checkpoint-N`` directory without (or with a truncated) ``trainer_state.json``; resuming from it
-crashes deep inside ``Trainer.train``. :func:`last_complete_checkpoint` skips such directories.
+crashes deep inside ``Trainer.train``. :func:`last_complete_checkpoint` skips such directories, and
+:func:`resolve_resume` (used by every trainer) resumes from the newest complete one.
 """
 
 from __future__ import annotations
@@ -86,6 +87,20 @@ def check_resume_value(resume: str) -> str:
     return resume
 
 
+def resolve_resume(cfg) -> str | None:
+    """The checkpoint a trainer resumes from: ``cfg.resume_from_checkpoint`` when given (it must exist), else
+    with ``resume: auto`` the newest *complete* checkpoint in ``cfg.output_dir`` (one killed while saving is
+    skipped rather than crashing the resume), else None (``resume: never``, or nothing saved yet)."""
+    check_resume_value(cfg.resume)
+    if cfg.resume_from_checkpoint:
+        if not os.path.isdir(cfg.resume_from_checkpoint):
+            raise FileNotFoundError(f"resume_from_checkpoint {cfg.resume_from_checkpoint}: directory does not exist")
+        return cfg.resume_from_checkpoint
+    if cfg.resume == "auto" and os.path.isdir(cfg.output_dir):
+        return last_complete_checkpoint(cfg.output_dir)
+    return None
+
+
 def fingerprint_diff(old: dict, new: dict) -> dict[str, tuple]:
     """{key: (old, new)} for every key whose value differs (keys missing on one side count)."""
     keys = sorted(set(old) | set(new))
@@ -120,3 +135,21 @@ def check_run_fingerprint(output_dir: str | os.PathLike, fingerprint: dict, resu
                               "would mix them; restore them, pass --resume never to start over, or use another "
                               "output directory")
     atomic_write_json(path, fingerprint)
+
+
+TRAIN_SUMMARY = "train_summary.json"
+
+
+def training_summary(checkpoint: str | os.PathLike) -> dict | None:
+    """``train_summary.json`` of a training output_dir / checkpoint without its ``log_history`` (what an export's
+    model card records); None when absent, a ValueError naming the file when it is unreadable."""
+    summary = Path(checkpoint) / TRAIN_SUMMARY
+    if not summary.exists():
+        return None
+    try:
+        data = json.loads(summary.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{summary}: unreadable ({getattr(err, 'msg', None) or err}); fix or remove it") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{summary}: expected a JSON object, got {type(data).__name__}")
+    return {k: v for k, v in data.items() if k != "log_history"}

@@ -1,7 +1,7 @@
 """YAML recipe + CLI overrides for dataclass configs (TRL style), strict about unknown keys.
 
-``python -m train.sufficiency configs/sufficiency_smollm2.yaml --max_steps 10`` or
-``... --config configs/sufficiency_smollm2.yaml --max_steps 10``: the YAML gives defaults, flags
+``python -m train.sufficiency configs/sufficiency/train/smollm2.yaml --max_steps 10`` or
+``... --config configs/sufficiency/train/smollm2.yaml --max_steps 10``: the YAML gives defaults, flags
 override them, and a key that no dataclass knows is an error (with the closest valid names).
 """
 

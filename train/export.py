@@ -1,17 +1,32 @@
-"""Export a training checkpoint (LoRA adapter or full model) as a router directory (DESIGN §9).
+"""Export a training checkpoint as a router directory (DESIGN §9): one path for every router type.
 
     memroute export sufficiency --checkpoint outputs/sufficiency_router --export_dir outputs/router
+    memroute export retriever --checkpoint outputs/retriever_minilm/checkpoint-100 --export_dir outputs/r
+    memroute export memagent --checkpoint outputs/memagent_router --export_dir outputs/memagent_export
+
+:func:`export` runs every one of them: parse the router's options, check the checkpoint and the export target
+before any model loads (never the checkpoint itself or a directory holding it), read ``train_summary.json``
+for the model card, build the router from the checkpoint (``EXPORTS[router_type].build``) and save it
+atomically. ``main`` is ``memroute export sufficiency``; ``train.retriever:export_main`` and
+``train.memagent:export_main`` are the other two.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
+
+from train.checkpoints import training_summary
 
 
+# -- options, one dataclass per router ----------------------------------------------------------------------
 @dataclass
 class ExportConfig:
+    """``memroute export sufficiency``."""
+
     checkpoint: str = field(default="outputs/sufficiency_router", metadata={"help": "output_dir or checkpoint-N"})
     export_dir: str = "outputs/sufficiency_router_export"
     base_model: str | None = field(default=None, metadata={"help": "base for a LoRA adapter; default from the adapter config"})
@@ -22,6 +37,38 @@ class ExportConfig:
         check_threshold_options(threshold=self.threshold, max_input_tokens=self.max_input_tokens)
 
 
+@dataclass
+class RetrieverExportConfig:
+    """``memroute export retriever``."""
+
+    checkpoint: str = field(default="outputs/retriever_minilm", metadata={"help": "output_dir or checkpoint-N"})
+    export_dir: str = "outputs/retriever_minilm/export"
+    base_model: str | None = field(default=None, metadata={"help": "recorded in router_config; default from resolved_config.yaml"})
+    temperature: float | None = None
+
+    def __post_init__(self):
+        from train.distributed import number_in, option_problems, raise_option_problems
+
+        raise_option_problems(option_problems([number_in(self.temperature, "temperature", low=0, low_open=True,
+                                                         allow_none=True)]))
+
+
+@dataclass
+class MemAgentExportConfig:
+    """``memroute export memagent``."""
+
+    checkpoint: str = field(default="outputs/memagent_router", metadata={"help": "output_dir or checkpoint-N"})
+    export_dir: str = "outputs/memagent_router/export"
+    base_model: str | None = field(default=None, metadata={"help": "base for a LoRA adapter; default from the checkpoint"})
+    in_threshold: float = 0.5
+    end_threshold: float = 0.5
+    max_input_tokens: int = 4096
+
+    def __post_init__(self):
+        check_threshold_options(in_threshold=self.in_threshold, end_threshold=self.end_threshold,
+                                max_input_tokens=self.max_input_tokens)
+
+
 def check_threshold_options(max_input_tokens: int, **thresholds) -> None:
     """Thresholds in [0, 1] and a positive input budget (parse time: ``parse_config`` names the source)."""
     from train.distributed import number_in, option_problems, positive_int, raise_option_problems
@@ -30,7 +77,12 @@ def check_threshold_options(max_input_tokens: int, **thresholds) -> None:
                                            positive_int(max_input_tokens, "max_input_tokens")]))
 
 
-def check_checkpoint(checkpoint: str, markers: tuple[str, ...] = ("adapter_config.json", "config.json")) -> Path:
+# -- checks before any model loads ----------------------------------------------------------------------------
+CAUSAL_LM_MARKERS = ("adapter_config.json", "config.json")
+ENCODER_MARKERS = ("modules.json", "config.json")
+
+
+def check_checkpoint(checkpoint: str, markers: tuple[str, ...] = CAUSAL_LM_MARKERS) -> Path:
     """The checkpoint to export must be an existing directory holding one of ``markers``; otherwise say so
     (transformers would take a missing path for a Hub id: 'Repo id must be in the form ...')."""
     ckpt = Path(checkpoint)
@@ -50,24 +102,11 @@ def check_export_start(cfg, kind: str) -> None:
     checkpoint itself or a directory containing it)."""
     from routers.base import check_export_target
 
-    check_checkpoint(cfg.checkpoint, *(() if kind != "retriever" else (("modules.json", "config.json"),)))
+    check_checkpoint(cfg.checkpoint, EXPORTS[kind].markers if kind in EXPORTS else CAUSAL_LM_MARKERS)
     check_export_target(cfg.export_dir, kind, protect=(cfg.checkpoint,))
 
 
-def read_training_summary(checkpoint: str | Path) -> dict | None:
-    """train_summary.json of a checkpoint without its log history (for the model card); None when absent."""
-    summary = Path(checkpoint) / "train_summary.json"
-    if not summary.exists():
-        return None
-    try:
-        data = json.loads(summary.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{summary}: unreadable ({getattr(err, 'msg', None) or err}); fix or remove it") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{summary}: expected a JSON object, got {type(data).__name__}")
-    return {k: v for k, v in data.items() if k != "log_history"}
-
-
+# -- loading a checkpoint ----------------------------------------------------------------------------------------
 def load_checkpoint(checkpoint: str, base_model: str | None = None):
     """(model, tokenizer, base name) from an adapter folder (merged) or a full-model folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -102,26 +141,95 @@ def load_checkpoint(checkpoint: str, base_model: str | None = None):
     return model, AutoTokenizer.from_pretrained(str(ckpt)), base_model or str(ckpt)
 
 
-def make_parser():
+# -- building each router from its checkpoint (after the checks) -------------------------------------------------
+def _sufficiency_router(cfg: ExportConfig, training: dict | None):
+    from routers.sufficiency import SufficiencyRouter
+
+    model, tok, base = load_checkpoint(cfg.checkpoint, cfg.base_model)
+    return SufficiencyRouter.from_model(model.float(), tok, threshold=cfg.threshold,
+                                        max_input_tokens=cfg.max_input_tokens, base_model=base)
+
+
+def _retriever_router(cfg: RetrieverExportConfig, training: dict | None):
+    """The sentence-transformers checkpoint; base model and temperature default to the run's resolved_config.yaml
+    (the checkpoint's, else its output_dir's)."""
+    import train.retriever as trainer  # heavy (sentence-transformers); load_model looked up at call time
+    from routers.retriever import RetrieverConfig, RetrieverRouter
+    from train.config import load_yaml
+    from train.distributed import number_in
+
+    ckpt = Path(cfg.checkpoint)
+    base, temp, source = cfg.base_model, cfg.temperature, "--temperature"
+    for resolved in (ckpt / "resolved_config.yaml", ckpt.parent / "resolved_config.yaml"):
+        if resolved.exists():
+            data = load_yaml(resolved)
+            base = base or data.get("model_name_or_path")
+            if temp is None:
+                temp, source = data.get("temperature"), str(resolved)
+            break
+    ok, msg = number_in(temp, f"{source}: temperature", low=0, low_open=True, allow_none=True)
+    if not ok:
+        raise ValueError(msg)
+    model = trainer.load_model(str(ckpt))
+    config = RetrieverConfig(base_model=base or str(ckpt), temperature=0.05 if temp is None else temp,
+                             max_seq_length=getattr(model, "max_seq_length", None))
+    return RetrieverRouter(model, config)
+
+
+def _memagent_router(cfg: MemAgentExportConfig, training: dict | None):
+    from routers.memagent.router import MemAgentRouter
+
+    model, tok, base = load_checkpoint(cfg.checkpoint, cfg.base_model)
+    return MemAgentRouter.from_model(model.float(), tok, in_threshold=cfg.in_threshold, end_threshold=cfg.end_threshold,
+                                     max_input_tokens=cfg.max_input_tokens, base_model=base,
+                                     provider_names=list((training or {}).get("provider_names") or []))
+
+
+@dataclass(frozen=True)
+class Export:
+    """How ``memroute export <router_type>`` works for one router type."""
+
+    config: type                  # the options dataclass
+    build: Callable               # (cfg, training summary or None) -> an ExportedRouter
+    markers: tuple[str, ...]      # files that make a directory a checkpoint of this kind
+    description: str
+    log_to_stderr: bool = False   # where the "exported" line goes (as before: memagent's to stderr)
+
+
+EXPORTS = {
+    "sufficiency": Export(ExportConfig, _sufficiency_router, CAUSAL_LM_MARKERS,
+                          "Merge a checkpoint into an exported sufficiency router."),
+    "retriever": Export(RetrieverExportConfig, _retriever_router, ENCODER_MARKERS,
+                        "Export a retriever checkpoint as a RetrieverRouter directory."),
+    "memagent": Export(MemAgentExportConfig, _memagent_router, CAUSAL_LM_MARKERS,
+                       "Merge a MemAgent SFT checkpoint into a router directory.", log_to_stderr=True),
+}
+
+
+def make_parser(router_type: str = "sufficiency"):
     from train.config import make_arg_parser
 
-    return make_arg_parser([ExportConfig], prog="memroute export sufficiency",
-                           description="Merge a checkpoint into an exported sufficiency router.")
+    spec = EXPORTS[router_type]
+    return make_arg_parser([spec.config], prog=f"memroute export {router_type}", description=spec.description)
+
+
+def export(router_type: str, argv=None):
+    """``memroute export <router_type> [recipe.yaml] --checkpoint DIR --export_dir OUT ...``: the exported router."""
+    from train.config import parse_config
+
+    spec = EXPORTS[router_type]
+    (cfg,) = parse_config(make_parser(router_type), [spec.config], argv)
+    check_export_start(cfg, router_type)  # before any model loads: checkpoint exists, target is safe
+    training = training_summary(cfg.checkpoint)
+    router = spec.build(cfg, training)
+    router.save_pretrained(cfg.export_dir, model_card=router.model_card(training=training))
+    print(f"[memroute] exported {cfg.checkpoint} -> {cfg.export_dir}", file=sys.stderr if spec.log_to_stderr else sys.stdout)
+    return router
 
 
 def main(argv=None):
-    from routers.sufficiency import SufficiencyRouter, default_model_card
-    from train.config import parse_config
-
-    (cfg,) = parse_config(make_parser(), [ExportConfig], argv)
-    check_export_start(cfg, "sufficiency")
-    training = read_training_summary(cfg.checkpoint)
-    model, tok, base = load_checkpoint(cfg.checkpoint, cfg.base_model)
-    router = SufficiencyRouter.from_model(model.float(), tok, threshold=cfg.threshold,
-                                          max_input_tokens=cfg.max_input_tokens, base_model=base)
-    router.save_pretrained(cfg.export_dir, model_card=default_model_card(router, training=training))
-    print(f"[memroute] exported {cfg.checkpoint} -> {cfg.export_dir}")
-    return router
+    """``memroute export sufficiency``."""
+    return export("sufficiency", argv)
 
 
 if __name__ == "__main__":

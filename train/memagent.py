@@ -1,7 +1,7 @@
 """SFT of the MemAgent router on Begin / In / End supervision, the three phases mixed in one run.
 
-    accelerate launch -m train.memagent configs/memagent_sft.yaml [--max_steps 50 ...]
-    memroute train memagent configs/memagent_sft.yaml
+    accelerate launch -m train.memagent configs/memagent/train/sft.yaml [--max_steps 50 ...]
+    memroute train memagent configs/memagent/train/sft.yaml
 
 Inputs are the forced-exploration files (``begin.jsonl``, ``in.jsonl``, ``end.jsonl``) in TRL's
 conversational prompt-completion format. TRL's SFTTrainer trains with a completion-only loss (the
@@ -26,7 +26,7 @@ from trl import SFTConfig, SFTTrainer
 from data_synthesis.jsonl import atomic_write_json, read_jsonl
 from routers.memagent import prompts as P
 from routers.models import DEFAULT_CAUSAL_LM
-from train.checkpoints import check_resume_value, last_complete_checkpoint, time_budget_callback
+from train.checkpoints import check_resume_value, resolve_resume, time_budget_callback
 from train.distributed import (check_model_path, check_start, number_in, option_problems, positive_int,
                                raise_option_problems, run_fingerprint, training_argument_checks)
 
@@ -241,14 +241,14 @@ def make_dataset(rows: list[dict]):
 def export_router(model, tokenizer, cfg: MemAgentSFTConfig, export_dir: str, training_info: dict | None = None,
                   provider_names: list[str] | None = None):
     """Merged weights (default) or the adapter over ``model_name_or_path``; written atomically."""
-    from routers.memagent.router import MemAgentRouter, default_model_card
+    from routers.memagent.router import MemAgentRouter
 
     if cfg.export_merged and hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
     router = MemAgentRouter.from_model(model.float(), tokenizer, in_threshold=cfg.in_threshold,
                                        end_threshold=cfg.end_threshold, max_input_tokens=cfg.router_max_input_tokens,
                                        provider_names=list(provider_names or []), base_model=cfg.model_name_or_path)
-    router.save_pretrained(export_dir, model_card=default_model_card(router, training=training_info))
+    router.save_pretrained(export_dir, model_card=router.model_card(training=training_info))
     return router
 
 
@@ -276,19 +276,6 @@ def build_model(cfg: MemAgentSFTConfig):
         model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                                                  target_modules=targets, task_type="CAUSAL_LM"))
     return model, tokenizer
-
-
-def resolve_resume(cfg: MemAgentSFTConfig) -> str | None:
-    """An explicit resume_from_checkpoint, else (resume: auto) the newest *complete* checkpoint in output_dir
-    (one killed while saving is skipped rather than crashing the resume)."""
-    check_resume_value(cfg.resume)
-    if cfg.resume_from_checkpoint:
-        if not Path(cfg.resume_from_checkpoint).is_dir():
-            raise FileNotFoundError(f"resume_from_checkpoint {cfg.resume_from_checkpoint}: directory does not exist")
-        return cfg.resume_from_checkpoint
-    if cfg.resume == "auto" and Path(cfg.output_dir).is_dir():
-        return last_complete_checkpoint(cfg.output_dir)
-    return None
 
 
 def prepare_run(cfg: MemAgentSFTConfig) -> tuple[dict, str | None]:
@@ -369,40 +356,11 @@ def main(argv=None):
     return trainer, info
 
 
-@dataclass
-class MemAgentExportConfig:
-    checkpoint: str = field(default="outputs/memagent_router", metadata={"help": "output_dir or checkpoint-N"})
-    export_dir: str = "outputs/memagent_router/export"
-    base_model: str | None = field(default=None, metadata={"help": "base for a LoRA adapter; default from the checkpoint"})
-    in_threshold: float = 0.5
-    end_threshold: float = 0.5
-    max_input_tokens: int = 4096
-
-    def __post_init__(self):
-        from train.export import check_threshold_options
-
-        check_threshold_options(in_threshold=self.in_threshold, end_threshold=self.end_threshold,
-                                max_input_tokens=self.max_input_tokens)
-
-
 def export_main(argv=None):
-    """``memroute export memagent --checkpoint DIR --export_dir OUT``: merge a checkpoint into a router."""
-    from routers.memagent.router import MemAgentRouter, default_model_card
-    from train.config import make_arg_parser, parse_config
-    from train.export import check_export_start, load_checkpoint, read_training_summary
+    """``memroute export memagent``: see :func:`train.export.export`."""
+    from train.export import export
 
-    parser = make_arg_parser([MemAgentExportConfig], prog="memroute export memagent",
-                             description="Merge a MemAgent SFT checkpoint into a router directory.")
-    (cfg,) = parse_config(parser, [MemAgentExportConfig], argv)
-    check_export_start(cfg, "memagent")  # before the model loads: checkpoint exists, target is safe
-    training = read_training_summary(cfg.checkpoint)
-    model, tok, base = load_checkpoint(cfg.checkpoint, cfg.base_model)
-    router = MemAgentRouter.from_model(model.float(), tok, in_threshold=cfg.in_threshold, end_threshold=cfg.end_threshold,
-                                       max_input_tokens=cfg.max_input_tokens, base_model=base,
-                                       provider_names=list((training or {}).get("provider_names") or []))
-    router.save_pretrained(cfg.export_dir, model_card=default_model_card(router, training=training))
-    print(f"[memroute] exported {cfg.checkpoint} -> {cfg.export_dir}", file=sys.stderr)
-    return router
+    return export("memagent", argv)
 
 
 if __name__ == "__main__":

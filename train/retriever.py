@@ -1,7 +1,7 @@
 """Train the Router-Mem evidence retriever: multi-positive InfoNCE on sentence-transformers' trainer.
 
-    accelerate launch -m train.retriever configs/retriever_minilm.yaml [--max_steps 300 ...]
-    memroute train retriever configs/retriever_minilm.yaml
+    accelerate launch -m train.retriever configs/retriever/train/minilm.yaml [--max_steps 300 ...]
+    memroute train retriever configs/retriever/train/minilm.yaml
     memroute export retriever --checkpoint outputs/retriever_minilm/checkpoint-100 --export_dir outputs/r
 
 Data: the JSONL of ``memroute synth retriever`` (one record per question with *variable* numbers of
@@ -23,7 +23,8 @@ row B holds each candidate's 63-bit text key, used to mask false negatives after
 gather. :class:`train.retriever_losses.MultiPositiveInfoNCELoss` consumes exactly this.
 
 The model is saved in ``output_dir`` (a sentence-transformers folder) and, with ``export_dir``,
-exported atomically as a :class:`routers.retriever.RetrieverRouter` (router_config.json + model card).
+exported atomically as a :class:`routers.retriever.RetrieverRouter` (router_config.json, calibration.json,
+model card).
 Training resumes from the last checkpoint in ``output_dir`` (``--resume never`` to start over).
 """
 
@@ -43,7 +44,7 @@ from sentence_transformers.sentence_transformer.data_collator import SentenceTra
 
 from data_synthesis.jsonl import atomic_write_json
 from routers.models import DEFAULT_ENCODER
-from train.checkpoints import check_resume_value, last_complete_checkpoint, time_budget_callback
+from train.checkpoints import check_resume_value, resolve_resume, time_budget_callback
 from train.distributed import (check_model_path, check_start, check_world_size, cpu_ddp_defaults, number_in,
                                option_problems, positive_int, raise_option_problems, run_fingerprint,
                                training_argument_checks, warn_if_fsdp_ignored)
@@ -262,27 +263,17 @@ def make_loss(model, cfg: RetrieverTrainingConfig) -> MultiPositiveInfoNCELoss:
                                     other_positives_in_denominator=cfg.other_positives_in_denominator)
 
 
-def resolve_resume(cfg: RetrieverTrainingConfig) -> str | None:
-    check_resume_value(cfg.resume)
-    if cfg.resume_from_checkpoint:
-        if not os.path.isdir(cfg.resume_from_checkpoint):
-            raise FileNotFoundError(f"resume_from_checkpoint {cfg.resume_from_checkpoint}: directory does not exist")
-        return cfg.resume_from_checkpoint
-    if cfg.resume == "auto" and os.path.isdir(cfg.output_dir):
-        return last_complete_checkpoint(cfg.output_dir)
-    return None
-
-
 def export_retriever(model, cfg_or_base, export_dir: str, training_info: dict | None = None,
                      temperature: float | None = None):
-    """Write a RetrieverRouter directory (sentence-transformers folder + router_config + card), atomically."""
-    from routers.retriever import RetrieverConfig, RetrieverRouter, default_model_card
+    """Write a RetrieverRouter directory (sentence-transformers folder + router_config + calibration + card),
+    atomically."""
+    from routers.retriever import RetrieverConfig, RetrieverRouter
 
     base = getattr(cfg_or_base, "model_name_or_path", cfg_or_base)
     temp = temperature if temperature is not None else getattr(cfg_or_base, "temperature", 0.05)
     router = RetrieverRouter(model, RetrieverConfig(base_model=base, temperature=temp,
                                                     max_seq_length=getattr(model, "max_seq_length", None)))
-    router.save_pretrained(export_dir, model_card=default_model_card(router, training=training_info))
+    router.save_pretrained(export_dir, model_card=router.model_card(training=training_info))
     return router
 
 
@@ -338,44 +329,11 @@ def main(argv=None):
     return trainer, info
 
 
-# -- memroute export retriever ---------------------------------------------------------------------------
-@dataclass
-class RetrieverExportConfig:
-    checkpoint: str = field(default="outputs/retriever_minilm", metadata={"help": "output_dir or checkpoint-N"})
-    export_dir: str = "outputs/retriever_minilm/export"
-    base_model: str | None = field(default=None, metadata={"help": "recorded in router_config; default from resolved_config.yaml"})
-    temperature: float | None = None
-
-    def __post_init__(self):
-        raise_option_problems(option_problems([number_in(self.temperature, "temperature", low=0, low_open=True,
-                                                         allow_none=True)]))
-
-
 def export_main(argv=None):
-    from train.config import load_yaml, make_arg_parser, parse_config
-    from train.export import check_export_start, read_training_summary
+    """``memroute export retriever``: see :func:`train.export.export`."""
+    from train.export import export
 
-    parser = make_arg_parser([RetrieverExportConfig], prog="memroute export retriever",
-                             description="Export a retriever checkpoint as a RetrieverRouter directory.")
-    (cfg,) = parse_config(parser, [RetrieverExportConfig], argv)
-    check_export_start(cfg, "retriever")  # before the encoder loads: checkpoint exists, target is safe
-    ckpt = Path(cfg.checkpoint)
-    base, temp, source = cfg.base_model, cfg.temperature, "--temperature"
-    for resolved in (ckpt / "resolved_config.yaml", ckpt.parent / "resolved_config.yaml"):
-        if resolved.exists():
-            data = load_yaml(resolved)
-            base = base or data.get("model_name_or_path")
-            if temp is None:
-                temp, source = data.get("temperature"), str(resolved)
-            break
-    ok, msg = number_in(temp, f"{source}: temperature", low=0, low_open=True, allow_none=True)
-    if not ok:
-        raise ValueError(msg)
-    training = read_training_summary(ckpt)
-    model = load_model(str(ckpt))
-    router = export_retriever(model, base or str(ckpt), cfg.export_dir, training, temperature=temp)
-    print(f"[memroute] exported {cfg.checkpoint} -> {cfg.export_dir}")
-    return router
+    return export("retriever", argv)
 
 
 if __name__ == "__main__":

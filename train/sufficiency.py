@@ -1,7 +1,7 @@
 """Train the Router-Mem sufficiency router: LoRA + grouped-token loss + representation distillation.
 
-    accelerate launch -m train.sufficiency configs/sufficiency_smollm2.yaml [--max_steps 50 ...]
-    memroute train sufficiency configs/sufficiency_smollm2.yaml
+    accelerate launch -m train.sufficiency configs/sufficiency/train/smollm2.yaml [--max_steps 50 ...]
+    memroute train sufficiency configs/sufficiency/train/smollm2.yaml
 
 L = L_cls + lambda_rep * s_0 * L_rep. The teacher is, by default, the frozen base model itself
 (LoRA adapters disabled) reading question + context + rationale, so no second copy of the weights
@@ -22,10 +22,9 @@ from transformers import Trainer, TrainingArguments
 
 from data_synthesis.jsonl import atomic_write_json
 from data_synthesis.sufficiency import read_samples
-from routers.models import DEFAULT_CAUSAL_LM
-from routers.sufficiency import (NO_WORDS, YES_WORDS, build_prompt, last_token_logits, left_pad, padding_safe_mask,
-                                 verbalizer_ids)
-from train.checkpoints import check_resume_value, last_complete_checkpoint, time_budget_callback
+from routers.models import DEFAULT_CAUSAL_LM, left_pad, padding_safe_mask
+from routers.sufficiency import NO_WORDS, YES_WORDS, build_prompt, last_token_logits, verbalizer_ids
+from train.checkpoints import check_resume_value, resolve_resume, time_budget_callback
 from train.distributed import (check_model_path, check_start, check_world_size, cpu_ddp_defaults, number_in,
                                option_problems, positive_int, raise_option_problems, resolve_attn_implementation,
                                run_fingerprint, training_argument_checks, warn_if_fsdp_ignored)
@@ -299,26 +298,16 @@ def lora_summary(model) -> dict | None:
             "targets": sorted(targets) if isinstance(targets, (set, list, tuple)) else targets}
 
 
-def resolve_resume(cfg: SufficiencyTrainingConfig) -> str | None:
-    if cfg.resume_from_checkpoint:
-        if not os.path.isdir(cfg.resume_from_checkpoint):
-            raise FileNotFoundError(f"resume_from_checkpoint {cfg.resume_from_checkpoint}: directory does not exist")
-        return cfg.resume_from_checkpoint
-    if cfg.resume == "auto" and os.path.isdir(cfg.output_dir):
-        return last_complete_checkpoint(cfg.output_dir)
-    return None
-
-
 def export_router(model, tokenizer, cfg: SufficiencyTrainingConfig, export_dir: str, training_info: dict | None = None):
     """Merge LoRA (if any) into a copy-free plain model and write the router directory atomically."""
-    from routers.sufficiency import SufficiencyRouter, default_model_card
+    from routers.sufficiency import SufficiencyRouter
 
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
     model = model.float()
     router = SufficiencyRouter.from_model(model, tokenizer, threshold=cfg.threshold,
                                           max_input_tokens=cfg.router_max_input_tokens, base_model=cfg.model_name_or_path)
-    router.save_pretrained(export_dir, model_card=default_model_card(router, training=training_info))
+    router.save_pretrained(export_dir, model_card=router.model_card(training=training_info))
     return router
 
 

@@ -22,15 +22,13 @@ from __future__ import annotations
 import numbers
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import torch
 
-from routers.base import (CALIBRATION, ROUTER_CONFIG, ROUTER_SCHEMA_VERSION, RouterConfigError, atomic_directory,
-                          git_revision, library_versions, model_card_json_sections, read_calibration,
-                          read_router_config, register_router, write_json)
+from routers.base import PROBABILITY, ROUTER_CONFIG, ExportedRouter, RouterConfigError, model_card_json_sections
 from routers.memagent import prompts as P
 from routers.models import kv_cache_kwarg, output_kv_cache
 
@@ -199,14 +197,15 @@ class MemAgentConfig:
             raise ValueError(f"end_mode must be one of {list(cls.END_MODES)}, got {values['end_mode']!r:.80}")
 
 
-@register_router("memagent")
-class MemAgentRouter:
+class MemAgentRouter(ExportedRouter):
     """``begin`` / ``inject`` / ``end`` return decisions; ``score_*`` return the tensors behind them.
 
     Every decision appends ``{"phase", "seconds", "candidates", "prompt_tokens"}`` to ``timings``.
     """
 
     router_type = "memagent"
+    config_cls = MemAgentConfig
+    calibration_keys = {"in_threshold": PROBABILITY, "end_threshold": PROBABILITY}
 
     def __init__(self, model, tokenizer, config: MemAgentConfig | None = None, calibration: dict | None = None):
         self.model = model.eval()
@@ -228,28 +227,22 @@ class MemAgentRouter:
         return cls.from_model(model, tok, base_model=name_or_path, **kwargs)
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, device: str | None = None, dtype=None) -> "MemAgentRouter":
+    def _load_weights(cls, path: Path, config: MemAgentConfig, device: str | None = None, dtype=None) -> dict:
+        """A merged model, or a LoRA adapter over ``config.base_model`` (``dtype``, default float32), and the
+        tokenizer (pad token: eos when it has none)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from routers.models import default_device, resolve_causal_lm
-        from routers.validation import check_safetensors_files, load_errors
+        from routers.validation import load_errors
 
-        path = Path(path)
-        raw = read_router_config(path, "memagent", MemAgentConfig)  # checks types and values
-        cfg = MemAgentConfig(**{k: raw[k] for k in MemAgentConfig.__dataclass_fields__ if k in raw})
-        calibration = read_calibration(path)  # in_threshold / end_threshold checked: finite, in [0, 1]
-        for key in ("in_threshold", "end_threshold"):
-            if key in calibration:
-                setattr(cfg, key, float(calibration[key]))
         dtype = dtype or torch.float32
-        check_safetensors_files(path)
         if (path / ADAPTER_CONFIG).exists():
             from peft import PeftModel
 
-            if not cfg.base_model:
+            if not config.base_model:
                 raise RouterConfigError(f"{path / ROUTER_CONFIG}: an adapter export needs base_model")
-            with load_errors(path, f"base model {cfg.base_model!r} (router_config.json base_model)"):
-                base = AutoModelForCausalLM.from_pretrained(resolve_causal_lm(cfg.base_model), dtype=dtype)
+            with load_errors(path, f"base model {config.base_model!r} (router_config.json base_model)"):
+                base = AutoModelForCausalLM.from_pretrained(resolve_causal_lm(config.base_model), dtype=dtype)
             with load_errors(path, "LoRA adapter"):
                 model = PeftModel.from_pretrained(base, str(path))
         else:
@@ -259,8 +252,7 @@ class MemAgentRouter:
             tok = AutoTokenizer.from_pretrained(path)
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
-        model.to(device or default_device())
-        return cls(model, tok, cfg, calibration)
+        return {"model": model.to(device or default_device()), "tokenizer": tok}
 
     # -- scoring -------------------------------------------------------------------------------------
     def score_candidates(self, items: Sequence[tuple[Sequence[dict], Sequence[str]]], phase: str) -> torch.Tensor | None:
@@ -381,28 +373,25 @@ class MemAgentRouter:
         return [o for o, k in zip(options, keep) if k] if options else keep
 
     # -- export --------------------------------------------------------------------------------------
-    def router_config(self) -> dict:
-        return {"schema_version": ROUTER_SCHEMA_VERSION, "router_type": self.router_type,
-                "labels": {"begin": [P.NONE, *self.config.provider_names], "in": [P.QUERY, P.NOOP],
+    def _description(self) -> dict:
+        return {"labels": {"begin": [P.NONE, *self.config.provider_names], "in": [P.QUERY, P.NOOP],
                            "end": [P.YES, P.NO]},
                 "decision": {"begin": "argmax summed completion log-prob", "in": "softmax(Query, NoOp) >= in_threshold",
-                             "end": "per provider softmax(yes, no) >= end_threshold"},
-                **asdict(self.config), "library_versions": library_versions(), "git_revision": git_revision()}
+                             "end": "per provider softmax(yes, no) >= end_threshold"}}
 
     def save_pretrained(self, path: str | os.PathLike, model_card: str | None = None,
                         calibration: dict | None = None) -> Path:
         """Weights (merged model, or a LoRA adapter over ``base_model``), tokenizer, config, calibration, card."""
-        calibration = calibration if calibration is not None else (
-            self.calibration or {"in_threshold": self.config.in_threshold, "end_threshold": self.config.end_threshold})
         if hasattr(self.model, "peft_config") and not self.config.base_model:
             raise ValueError("saving a LoRA adapter needs config.base_model")
-        with atomic_directory(path, "memagent") as tmp:
-            self.model.save_pretrained(tmp, safe_serialization=True)
-            self.tokenizer.save_pretrained(tmp)
-            write_json(tmp / ROUTER_CONFIG, self.router_config())
-            write_json(tmp / CALIBRATION, calibration)
-            (tmp / "README.md").write_text(model_card or default_model_card(self))
-        return Path(path)
+        return super().save_pretrained(path, model_card=model_card, calibration=calibration)
+
+    def _save_weights(self, directory: Path) -> None:
+        self.model.save_pretrained(directory, safe_serialization=True)
+        self.tokenizer.save_pretrained(directory)
+
+    def model_card(self, metrics: dict | None = None, training: dict | None = None) -> str:
+        return default_model_card(self, metrics=metrics, training=training)
 
 
 def default_model_card(router: MemAgentRouter, metrics: dict | None = None, training: dict | None = None) -> str:
