@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from data_synthesis.jsonl import OutputLock, ResumableJsonlWriter, atomic_write_json, atomic_write_text, read_jsonl
+from routers.io import OutputLock, ResumableJsonlWriter, atomic_write_json, atomic_write_text, read_jsonl
 from routers.memagent.agent import IN_POLICIES
 from routers.memagent.protocol import Task, Trajectory
 
@@ -136,7 +136,7 @@ class ForcedExplorationConfig:
             raise ValueError(f"unknown split(s) {bad}; expected train / heldout")
         if self.agent not in ("lm", "walkthrough", "random"):
             raise ValueError(f"agent must be lm, walkthrough or random, got {self.agent!r}")
-        from data_synthesis.sufficiency import check_non_negative, check_positive, check_unit_interval
+        from routers.validation import check_non_negative, check_positive, check_unit_interval
 
         if not self.splits:
             raise ValueError("splits is empty: give train and/or heldout")
@@ -616,14 +616,14 @@ def summarize(rollouts, begin, inn, end, counts: Counter, names: Sequence[str], 
 
 
 def make_parser():
-    from train.config import make_arg_parser
+    from routers.config import make_arg_parser
 
     return make_arg_parser([ForcedExplorationConfig], prog="memroute synth forced-exploration",
                            description="Forced exploration (Begin option x In policy per task) and MemAgent supervision.")
 
 
 def main(argv=None) -> dict:
-    from train.config import parse_config, save_resolved_config
+    from routers.config import parse_config, save_resolved_config
 
     (cfg,) = parse_config(make_parser(), [ForcedExplorationConfig], argv)
     with OutputLock(cfg.output_dir):  # for the whole run: a second run into the same directory fails at once

@@ -243,7 +243,7 @@ def run_judge(requests: Sequence[JudgeRequest], judge, path: str | Path, batch_s
     """
     from tqdm.auto import tqdm
 
-    from data_synthesis.jsonl import ResumableJsonlWriter, read_jsonl
+    from routers.io import ResumableJsonlWriter, read_jsonl
 
     counts: Counter = Counter()
     with ResumableJsonlWriter(path) as writer:

@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from data_synthesis.jsonl import OutputLock, atomic_write_json, atomic_write_text
+from routers.io import OutputLock, atomic_write_json, atomic_write_text
 from data_synthesis.sufficiency import read_samples
 
 
@@ -132,14 +132,14 @@ def mix(cfg: MixConfig, lock: bool = True) -> dict:
 
 
 def make_parser():
-    from train.config import make_arg_parser
+    from routers.config import make_arg_parser
 
     return make_arg_parser([MixConfig], prog="memroute synth mix",
                            description="Mix sufficiency sample files (seeded, per-file caps, label balance).")
 
 
 def main(argv=None) -> dict:
-    from train.config import parse_config
+    from routers.config import parse_config
 
     (cfg,) = parse_config(make_parser(), [MixConfig], argv)
     manifest = mix(cfg)

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from data_synthesis.corpora import load_hotpotqa, load_locomo, sample_qa, split_episodes
-from data_synthesis.jsonl import OutputLock, ResumableJsonlWriter, atomic_write_json, read_jsonl
+from routers.io import OutputLock, ResumableJsonlWriter, atomic_write_json, read_jsonl
 from data_synthesis.sufficiency import _rng, leaks_answer
 from data_synthesis.textworld_corpus import check_schema_version, load_textworld
 from routers.memory.retrieval import HybridRetriever, render_context
@@ -87,8 +87,8 @@ class RetrieverSynthConfig:
         "help": "auto: continue the files in output_dir (same data settings only) | never: start over"})
 
     def __post_init__(self):
-        from data_synthesis.sufficiency import check_non_negative, check_positive
-        from train.checkpoints import check_resume_value
+        from routers.validation import check_non_negative, check_positive
+        from routers.config import check_resume_value
 
         check_resume_value(self.resume)
         unknown = [c for c in self.corpora if c not in CORPORA]
@@ -330,7 +330,7 @@ def load_corpora(cfg: RetrieverSynthConfig, load_stats: dict[str, LoadStats]) ->
 
 def prepare(cfg: RetrieverSynthConfig) -> tuple[list[Episode], list[Episode], dict[str, LoadStats]]:
     """Load and check the corpora, then (output lock held) check or reset an earlier run in output_dir."""
-    from data_synthesis.sufficiency import prepare_output
+    from routers.config import prepare_output
 
     load_stats: dict[str, LoadStats] = {}
     train_eps, eval_eps = load_corpora(cfg, load_stats)
@@ -448,14 +448,14 @@ def summarize(out: Path, load_stats: dict[str, LoadStats] | None = None, counts:
 
 
 def make_parser():
-    from train.config import make_arg_parser
+    from routers.config import make_arg_parser
 
     return make_arg_parser([RetrieverSynthConfig], prog="memroute synth retriever",
                            description="Multi-positive contrastive pairs from evidence labels (LoCoMo, HotpotQA, TextWorld).")
 
 
 def main(argv=None) -> dict:
-    from train.config import parse_config, save_resolved_config
+    from routers.config import parse_config, save_resolved_config
 
     (cfg,) = parse_config(make_parser(), [RetrieverSynthConfig], argv)
     with OutputLock(cfg.output_dir):  # before anything is loaded or written: a second run fails at once

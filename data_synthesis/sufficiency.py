@@ -36,10 +36,12 @@ from pathlib import Path
 import numpy as np
 
 from data_synthesis.corpora import load_corpus, sample_qa, split_episodes
-from data_synthesis.jsonl import OutputLock, ResumableJsonlWriter, atomic_write_json, read_jsonl
-from eval.qa_scoring import answers_correctly, normalize_answer
+from routers.config import prepare_output
+from routers.io import OutputLock, ResumableJsonlWriter, atomic_write_json, read_jsonl
+from routers.text import answers_correctly, normalize_answer
 from routers.memory.retrieval import HybridRetriever, render_context, retrieval_prefix, tokenize
 from routers.memory.schema import QA, Episode, LoadStats, Step
+from routers.validation import check_non_negative, check_positive, check_unit_interval
 
 FORMAT = "memroute.sufficiency"
 SCHEMA_VERSION = 1
@@ -87,7 +89,7 @@ class SufficiencySynthConfig:
         "help": "auto: continue the files in output_dir (same data settings only) | never: start over"})
 
     def __post_init__(self):
-        from train.checkpoints import check_resume_value
+        from routers.config import check_resume_value
 
         check_resume_value(self.resume)
         if self.corpus not in CORPORA:
@@ -114,52 +116,6 @@ class SufficiencySynthConfig:
 CORPORA = ("locomo", "hotpotqa", "textworld")
 # options that only change batching / where the files go, not which records are made
 NOT_FINGERPRINTED = ("output_dir", "qa_chunk", "answer_batch_size", "resume")
-
-
-def check_positive(cfg, *names: str) -> None:
-    """Each named option is None (when allowed by its default) or an integer >= 1."""
-    for name in names:
-        v = getattr(cfg, name)
-        if v is not None and v < 1:
-            raise ValueError(f"{name} must be >= 1, got {v}")
-
-
-def check_non_negative(cfg, *names: str) -> None:
-    for name in names:
-        v = getattr(cfg, name)
-        if v is not None and v < 0:
-            raise ValueError(f"{name} must be >= 0, got {v}")
-
-
-def check_unit_interval(cfg, *names: str) -> None:
-    for name in names:
-        v = getattr(cfg, name)
-        if not 0.0 <= v <= 1.0:  # also false for NaN
-            raise ValueError(f"{name} must be in [0, 1], got {v}")
-
-
-def prepare_output(output_dir: str | os.PathLike, fingerprint: dict, resume: str, resumable: list[str],
-                   derived: list[str] = (), what: str = "synthesis") -> bool:
-    """Before a synthesis job writes into ``output_dir`` (with its lock held): with ``resume: never`` remove
-    the earlier run's files (``resumable`` record files, ``derived`` summaries/directories and the
-    fingerprint) so the run starts over; otherwise, when a non-empty ``resumable`` file exists, refuse
-    settings whose ``fingerprint`` differs from the stored one (naming each key). Returns True when resuming."""
-    import shutil
-
-    from train.checkpoints import FINGERPRINT_FILE, check_resume_value, check_run_fingerprint
-
-    check_resume_value(resume)
-    out = Path(output_dir)
-    if resume == "never":
-        for name in [*resumable, *derived, FINGERPRINT_FILE]:
-            path = out / name
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            elif path.exists() or path.is_symlink():
-                path.unlink()
-    resuming = any((out / n).is_file() and (out / n).stat().st_size > 0 for n in resumable)
-    check_run_fingerprint(out, fingerprint, resuming, what=what)
-    return resuming
 
 
 def validate_sample(rec: dict) -> None:
@@ -505,14 +461,14 @@ def summarize(out: Path, load_stats: LoadStats | None = None) -> dict:
 
 
 def make_parser():
-    from train.config import make_arg_parser
+    from routers.config import make_arg_parser
 
     return make_arg_parser([SufficiencySynthConfig], prog="memroute synth sufficiency",
                            description="Evidence-intervention samples for the sufficiency router.")
 
 
 def main(argv=None) -> dict:
-    from train.config import parse_config, save_resolved_config
+    from routers.config import parse_config, save_resolved_config
 
     (cfg,) = parse_config(make_parser(), [SufficiencySynthConfig], argv)
     with OutputLock(cfg.output_dir):  # before anything is loaded or written: a second run fails at once

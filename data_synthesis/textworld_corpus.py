@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_synthesis.jsonl import OutputLock, ResumableJsonlWriter, atomic_write_json, read_jsonl
+from routers.io import OutputLock, ResumableJsonlWriter, atomic_write_json, read_jsonl
 from data_synthesis.textworld_qa import CATEGORIES, DIRECTIONS, World, generate_qa
 from routers.memory.schema import SCHEMA_VERSION, Episode, LoadStats, Step
 
@@ -76,7 +76,7 @@ class TextWorldCorpusConfig:
         "help": "auto: continue the games in output_dir (same settings only) | never: start over"})
 
     def __post_init__(self):
-        from train.checkpoints import check_resume_value
+        from routers.config import check_resume_value
 
         check_resume_value(self.resume)
         for name, low in (("n_games", 0), ("min_steps", 0), ("max_steps", 1), ("questions_per_type", 1),
@@ -311,7 +311,7 @@ def fingerprint(cfg: TextWorldCorpusConfig) -> dict:
 def prepare(cfg: TextWorldCorpusConfig) -> None:
     """Refuse to extend ``episodes.jsonl`` written with other settings (unless ``resume: never``, which
     starts over) and record the settings. Call with the output lock held."""
-    from data_synthesis.sufficiency import prepare_output
+    from routers.config import prepare_output
 
     prepare_output(cfg.output_dir, fingerprint(cfg), cfg.resume, resumable=[EPISODES_FILE],
                    derived=["stats.json", "manifest.json", "games"], what="TextWorld corpus")
@@ -442,14 +442,14 @@ def load_textworld(path: str | os.PathLike, stats: LoadStats | None = None) -> l
 
 
 def make_parser():
-    from train.config import make_arg_parser
+    from routers.config import make_arg_parser
 
     return make_arg_parser([TextWorldCorpusConfig], prog="memroute synth textworld",
                            description="TextWorld cooking games played with noise, with evidence-exact QA.")
 
 
 def main(argv=None) -> dict:
-    from train.config import parse_config, save_resolved_config
+    from routers.config import parse_config, save_resolved_config
 
     (cfg,) = parse_config(make_parser(), [TextWorldCorpusConfig], argv)
     with OutputLock(cfg.output_dir):

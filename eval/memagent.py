@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence
 from tqdm.auto import tqdm
 
 import data_synthesis.memagent as exploration  # module attributes: tests replace build_providers_from
-from data_synthesis.jsonl import OutputLock, ResumableJsonlWriter, atomic_write_json, read_jsonl
+from routers.io import OutputLock, ResumableJsonlWriter, atomic_write_json, read_jsonl
 from eval.memagent_metrics import (EXPLORATION_FIELDS, baseline_rows, begin_accuracy, complete_tasks,
                                    coverage_distribution, evaluate, load_all_outcomes, load_outcomes, offline_begin,
                                    option_label, oracle_any, oracle_option, overhead, routed_metrics, row_metrics)
@@ -42,7 +42,7 @@ from routers.base import library_versions
 from routers.memagent.agent import run_episode
 from routers.memagent.providers import ProviderProbe, ShortTermMemory, load_providers
 from routers.memagent.router import MemAgentRouter
-from train.config import ConfigError, load_yaml, make_arg_parser, parse_config, save_resolved_config
+from routers.config import ConfigError, load_yaml, make_arg_parser, parse_config, save_resolved_config
 
 __all__ = [  # the metrics live in eval.memagent_metrics; they are re-exported here for existing callers
     "EXPLORATION_FIELDS", "MemAgentEvalConfig", "RolloutContext", "baseline_rows", "begin_accuracy",

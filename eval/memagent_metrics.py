@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
-from data_synthesis.jsonl import read_jsonl
+from routers.io import read_jsonl
 from routers.memagent.prompts import NONE
 
 EXPLORATION_FIELDS = ("task_id", "begin_provider", "in_policy", "success", "steps")

@@ -12,11 +12,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from data_synthesis.jsonl import atomic_write_json
+from routers.io import atomic_write_json
 from data_synthesis.sufficiency import SufficiencySynthConfig, SufficiencySynthesizer
 from eval import sufficiency as eval_sufficiency
 from routers.models import DEFAULT_CAUSAL_LM, DEFAULT_ENCODER, bf16_supported
-from train.config import make_arg_parser, parse_config, save_resolved_config
+from routers.config import make_arg_parser, parse_config, save_resolved_config
 
 
 @dataclass

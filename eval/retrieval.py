@@ -43,14 +43,14 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from data_synthesis.corpora import load_corpus
-from data_synthesis.jsonl import OutputLock, atomic_write_json, atomic_write_text
+from routers.io import OutputLock, atomic_write_json, atomic_write_text
 from eval.score_cache import ResultCache, content_hash, model_identity, ranking_field
 from routers.base import git_revision, library_versions
 from routers.memory.index import VectorIndex
 from routers.memory.retrieval import HybridRetriever
 from routers.memory.schema import LoadStats
 from routers.models import DEFAULT_ENCODER, load_encoder, resolve_encoder
-from train.config import ConfigError, make_arg_parser, parse_config, save_resolved_config
+from routers.config import ConfigError, make_arg_parser, parse_config, save_resolved_config
 
 SYSTEMS = ("bm25", "base", "trained", "hybrid_base", "hybrid_trained")
 CUTOFF = 10

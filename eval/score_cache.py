@@ -1,7 +1,7 @@
 """Per-sample result caches that make an evaluation resumable after a kill.
 
 Each evaluation appends one JSON line per scored sample (or per ranked question) to
-``<output_dir>/<name>.jsonl`` through :class:`~data_synthesis.jsonl.ResumableJsonlWriter` (flushed and
+``<output_dir>/<name>.jsonl`` through :class:`~routers.io.ResumableJsonlWriter` (flushed and
 fsynced per record; a torn last line from a kill is dropped on reopen). A rerun reads the cache back
 and only computes what is missing. The key of a record is
 
@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from data_synthesis.jsonl import RecordError, ResumableJsonlWriter, read_jsonl
+from routers.io import RecordError, ResumableJsonlWriter, read_jsonl
 
 # Files of a model directory that do not change its outputs (eval writes calibration.json itself).
 _IGNORED = {"calibration.json", "README.md"}

@@ -37,7 +37,7 @@ import numpy as np
 
 from tqdm.auto import tqdm
 
-from data_synthesis.jsonl import OutputLock, RecordError, atomic_write_json, atomic_write_text, read_jsonl
+from routers.io import OutputLock, RecordError, atomic_write_json, atomic_write_text, read_jsonl
 from data_synthesis.sufficiency import read_samples
 from eval.metrics import (DEFAULT_TAUS, MIN_CALIBRATION_PER_CLASS, MIN_CALIBRATION_SAMPLES, binary_metrics,
                           calibrate_threshold, calibration_refusal, finite_or_none, threshold_metrics)
@@ -45,7 +45,7 @@ from eval.score_cache import ResultCache, model_identity, score_field
 from routers.base import CALIBRATION, git_revision, library_versions, read_router_config
 from routers.models import resolve_causal_lm
 from routers.sufficiency import SufficiencyRouter
-from train.config import ConfigError, make_arg_parser, parse_config, save_resolved_config
+from routers.config import ConfigError, make_arg_parser, parse_config, save_resolved_config
 
 REQUIRED_FIELDS = ("id", "question", "context", "label")
 BASE, TRAINED = "base", "trained"

@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
+from routers.errors import ExportTargetError, RouterConfigError  # noqa: F401 (re-exported)
+
 ROUTER_CONFIG = "router_config.json"
 CALIBRATION = "calibration.json"
 MODEL_CARD = "README.md"
@@ -27,8 +29,6 @@ ROUTERS = {"sufficiency": "routers.sufficiency:SufficiencyRouter",
            "memagent": "routers.memagent.router:MemAgentRouter"}
 
 
-class RouterConfigError(ValueError):
-    """A router export whose router_config.json / calibration.json is missing or malformed (names the file)."""
 
 
 def _read_json_file(file: Path, what: str):
@@ -163,8 +163,6 @@ def git_revision() -> str | None:
         return None
 
 
-class ExportTargetError(ValueError):
-    """An export / save target that must not be replaced (it holds something other than a previous export)."""
 
 
 def _json_field(file: Path, key: str):
@@ -276,7 +274,7 @@ def current_umask() -> int:
 
 def write_json(path: Path, obj: Any) -> None:
     """Pretty JSON, atomically (readers see the old or the new file, never half of one)."""
-    from data_synthesis.jsonl import atomic_write_json
+    from routers.io import atomic_write_json
 
     atomic_write_json(path, obj)
 

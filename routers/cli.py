@@ -17,8 +17,8 @@ JOBS = {
     "train": {"sufficiency": "train.sufficiency:main", "retriever": "train.retriever:main",
               "memagent": "train.memagent:main"},
     # every export target runs train.export.export(<router>, argv); the retriever / memagent names are its aliases
-    "export": {"sufficiency": "train.export:main", "retriever": "train.retriever:export_main",
-               "memagent": "train.memagent:export_main"},
+    "export": {"sufficiency": "train.export:main", "retriever": "train.export:retriever_main",
+               "memagent": "train.export:memagent_main"},
     "eval": {"sufficiency": "eval.sufficiency:main", "retrieval": "eval.retrieval:main",
              "progressive": "eval.progressive:main", "memagent": "eval.memagent:main"},
 }
@@ -63,7 +63,7 @@ DEBUG_ENV = "MEMROUTE_DEBUG"
 def user_error_types() -> tuple[type, ...]:
     """Errors caused by what the user gave (a recipe, a flag, a data file, an export directory): shown as one
     line. ``ConfigError``, ``RecordError``, ``RouterConfigError`` and ``ExportTargetError`` are ValueErrors."""
-    from data_synthesis.jsonl import OutputLockedError
+    from routers.io import OutputLockedError
 
     return (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, OutputLockedError)
 

@@ -15,6 +15,8 @@ import types
 import typing
 from typing import Any, Union
 
+from routers.errors import RouterConfigError
+
 
 def _describe(tp) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
@@ -242,7 +244,6 @@ def check_safetensors_files(path) -> None:
 
     from safetensors import safe_open
 
-    from routers.base import RouterConfigError
 
     for file in sorted(Path(path).rglob("*.safetensors")):
         try:
@@ -264,11 +265,33 @@ class load_errors:  # noqa: N801 - used as a context manager: ``with load_errors
         return self
 
     def __exit__(self, kind, err, tb):
-        from routers.base import RouterConfigError
-
+    
         if err is None or isinstance(err, RouterConfigError) or not isinstance(err, Exception):
             return False
         if isinstance(err, (ImportError, MemoryError)):  # not a property of the export
             return False
         msg = " ".join(str(err).split())
         raise RouterConfigError(f"{self.path}: cannot load the {self.what} ({type(err).__name__}: {msg:.300})") from err
+
+
+# -- config options (checked in a config dataclass's __post_init__; parse_config names the recipe) --------
+def check_positive(cfg, *names: str) -> None:
+    """Each named option is None (when allowed by its default) or an integer >= 1."""
+    for name in names:
+        v = getattr(cfg, name)
+        if v is not None and v < 1:
+            raise ValueError(f"{name} must be >= 1, got {v}")
+
+
+def check_non_negative(cfg, *names: str) -> None:
+    for name in names:
+        v = getattr(cfg, name)
+        if v is not None and v < 0:
+            raise ValueError(f"{name} must be >= 0, got {v}")
+
+
+def check_unit_interval(cfg, *names: str) -> None:
+    for name in names:
+        v = getattr(cfg, name)
+        if not 0.0 <= v <= 1.0:  # also false for NaN
+            raise ValueError(f"{name} must be in [0, 1], got {v}")

@@ -196,7 +196,7 @@ def test_saving_a_router_over_user_files_is_refused(tmp_path, smollm2_tokenizer,
 # -- output permissions (defect 12) ---------------------------------------------------------------------------------
 def test_outputs_follow_the_umask(tmp_path, smollm2_tokenizer, monkeypatch):
     from conftest import make_tiny_llama
-    from data_synthesis.jsonl import atomic_write_json
+    from routers.io import atomic_write_json
     from routers.sufficiency import SufficiencyRouter
 
     monkeypatch.chdir(tmp_path)
@@ -229,7 +229,7 @@ def test_plots_follow_the_umask(tmp_path):
 
 # -- one run per output folder (defect 4) ---------------------------------------------------------------------------
 def test_a_second_run_into_a_locked_output_dir_fails(tmp_path):
-    from data_synthesis.jsonl import LOCK_FILE, OutputLock, OutputLockedError
+    from routers.io import LOCK_FILE, OutputLock, OutputLockedError
 
     with OutputLock(tmp_path / "out"):
         with pytest.raises(OutputLockedError, match=f"pid {os.getpid()}"):
@@ -242,10 +242,10 @@ def test_the_lock_is_released_when_the_holder_dies(tmp_path):
     import subprocess
     import sys
 
-    from data_synthesis.jsonl import OutputLock
+    from routers.io import OutputLock
 
     repo = Path(__file__).resolve().parents[1]
-    code = ("import os; from data_synthesis.jsonl import OutputLock; "
+    code = ("import os; from routers.io import OutputLock; "
             f"OutputLock({str(tmp_path / 'out')!r}).acquire(); os._exit(0)")  # dies holding it
     subprocess.run([sys.executable, "-c", code], cwd=repo, check=True, timeout=60,
                    env={**os.environ, "PYTHONPATH": str(repo)})

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from eval.bench import BENCHMARKS, figure, main
-from train.config import ConfigError
+from routers.config import ConfigError
 
 ENVELOPE = ("schema_version", "machine", "versions", "git_revision", "config", "data")
 FIGURE_KEYS = ("name", "unit", "value", "baseline", "ratio", "ratio_definition", "target", "meets_target")

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from routers import cli
-from train.config import ConfigError
+from routers.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS = ("synth", "train", "export", "eval", "calibrate", "env", "quickstart", "bench")

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from transformers import TrainingArguments
 
-from train.config import (ConfigError, check_keys, config_to_dict, load_yaml, make_arg_parser, parse_config,
+from routers.config import (ConfigError, check_keys, config_to_dict, load_yaml, make_arg_parser, parse_config,
                           save_resolved_config)
 
 

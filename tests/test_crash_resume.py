@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from data_synthesis.jsonl import RecordError, read_jsonl
+from routers.io import RecordError, read_jsonl
 from test_sufficiency_training import base_args, make_records, write_jsonl
 from numerics import assert_close_to_scale
 

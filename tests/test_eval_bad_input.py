@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from data_synthesis.jsonl import OutputLock, OutputLockedError, RecordError
+from routers.io import OutputLock, OutputLockedError, RecordError
 from routers import cli
 from routers.base import RouterConfigError
-from train.config import ConfigError, parse_config
+from routers.config import ConfigError, parse_config
 
 ORIGINAL_CALIBRATION = {"threshold": 0.5}  # what save_pretrained writes
 

@@ -198,7 +198,7 @@ def test_sufficiency_eval_end_to_end(tmp_path, tiny_llama_dir, capsys):
 def test_eval_reads_base_from_router_and_names_bad_line(tmp_path, tiny_llama_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from data_synthesis.jsonl import RecordError
+    from routers.io import RecordError
     from eval.sufficiency import main
     from routers.sufficiency import SufficiencyRouter
 

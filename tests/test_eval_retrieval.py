@@ -109,7 +109,7 @@ def test_eval_job_writes_every_output(tmp_path):
 
 
 def test_eval_job_bad_options(tmp_path):
-    from train.config import ConfigError
+    from routers.config import ConfigError
 
     with pytest.raises(ConfigError, match="bogus"):
         run(RetrievalEvalConfig(systems=["bogus"], output_dir=str(tmp_path / "o")), encoders={})

@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from data_synthesis.corpora import CorpusError
-from data_synthesis.jsonl import RecordError
+from routers.io import RecordError
 from eval.sufficiency import SufficiencyEvalConfig
 from routers.base import RouterConfigError
-from train.config import ConfigError
+from routers.config import ConfigError
 
 FUZZ = settings(max_examples=60, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
@@ -197,7 +197,7 @@ def test_fuzz_hotpotqa(doc, context, fuzz_dir):
             assert all(ep.has_step(e) for e in q.evidence)
 
 
-# -- YAML recipes (train/config.py) ---------------------------------------------------------------------------
+# -- YAML recipes (routers/config.py) ---------------------------------------------------------------------------
 def _recipe_strategy(cls, extra_keys=()):
     from routers.validation import field_types
 
@@ -207,7 +207,7 @@ def _recipe_strategy(cls, extra_keys=()):
 
 
 def _parse(cls, make_parser, path: Path, *argv: str):
-    from train.config import parse_config
+    from routers.config import parse_config
 
     return parse_config(make_parser(), [cls], [str(path), *argv])
 

@@ -23,7 +23,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("routers", "data_synthesis", "train", "eval")
-CHECKED = [("eval",)]
+CHECKED = [("routers",), ("data_synthesis",), ("train",), ("eval",)]
 ALLOWED_CYCLES: set[frozenset[str]] = set()
 
 
@@ -166,3 +166,16 @@ def test_no_import_cycles(packages):
     bad = [c for c in cycles(graph)
            if any(m == p or m.startswith(p + ".") for m in c for p in packages) and c not in ALLOWED_CYCLES]
     assert not bad, "import cycles:\n" + "\n".join(_describe(c, graph) for c in bad)
+
+
+# The floors follow the pipeline: shared infrastructure (routers) < synthesis < training < evaluation. A module
+# may import its own floor or a lower one; ``routers.cli`` dispatches to every job by "module:function" strings,
+# which are not imports.
+FLOORS = {pkg: i for i, pkg in enumerate(PACKAGES)}
+
+
+def test_floors_run_in_pipeline_order():
+    graph = import_graph()
+    upward = sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                    if FLOORS[b.split(".")[0]] > FLOORS[a.split(".")[0]])
+    assert not upward, "imports that run up the floors (routers < data_synthesis < train < eval):\n" + "\n".join(upward)

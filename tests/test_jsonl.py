@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from data_synthesis import jsonl as jsonl_mod
-from data_synthesis.jsonl import (RecordError, ResumableJsonlWriter, atomic_write_json, atomic_write_text, read_jsonl,
+from routers import io as jsonl_mod
+from routers.io import (RecordError, ResumableJsonlWriter, atomic_write_json, atomic_write_text, read_jsonl,
                                   repair_truncated_tail)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from data_synthesis import memagent_supervision as S
-from data_synthesis.jsonl import RecordError, read_jsonl
+from routers.io import RecordError, read_jsonl
 from data_synthesis.memagent import (ForcedExplorationConfig, ForcedExplorer, choose_to_store, combos, label,
                                      load_exploration, rollout_id)
 from routers.memagent.agent import (HTTPCommandAgent, LMCommandAgent, RandomCommandAgent, WalkthroughAgent,

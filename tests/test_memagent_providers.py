@@ -13,7 +13,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from memagent_provider_fakes import GOALS, HashEncoder, ScriptedLLM, trajectory  # noqa: E402
 
-from data_synthesis.jsonl import RecordError  # noqa: E402
+from routers.io import RecordError  # noqa: E402
 from routers.memagent.protocol import FAMILIES, MemoryItem, MemoryProvider, TrajectoryStep  # noqa: E402
 from routers.memagent.providers import (PROVIDER_NAMES, STM_SECTIONS, ProviderError, ProviderProbe,  # noqa: E402
                                         ShortTermMemory, build_providers, count_words, limit_sentences,

@@ -180,7 +180,7 @@ def test_completion_only_mask_is_exact(tiny_llama_dir, smollm2_tokenizer, tmp_pa
     import torch
 
     from routers.memagent.router import chat_ids
-    from train.config import parse_config
+    from routers.config import parse_config
     from train.memagent import MemAgentSFTConfig, build_trainer, make_parser
 
     files = fake_phase_files(tmp_path)
@@ -373,7 +373,7 @@ def test_training_export_matches_export_command(trained, tmp_path, one_torch_thr
     import torch
 
     from routers.memagent.router import MemAgentRouter
-    from train.memagent import export_main
+    from train.export import memagent_main as export_main
 
     exported = MemAgentRouter.from_pretrained(trained["out"] / "export")
     assert exported.config.provider_names == list(PROVIDERS)
@@ -600,7 +600,7 @@ def test_eval_main_with_real_router_and_fake_environment(tmp_path, tiny_llama_di
 def test_malformed_records_name_file_and_line(tmp_path):
     import json
 
-    from data_synthesis.jsonl import RecordError
+    from routers.io import RecordError
     from eval.memagent import load_outcomes
     from train.memagent import phase_rows
 
@@ -643,7 +643,7 @@ def test_cli_registers_memagent_jobs():
     from routers.cli import JOBS
 
     assert JOBS["train"]["memagent"] == "train.memagent:main"
-    assert JOBS["export"]["memagent"] == "train.memagent:export_main"
+    assert JOBS["export"]["memagent"] == "train.export:memagent_main"
     assert JOBS["eval"]["memagent"] == "eval.memagent:main"
 
 
@@ -714,7 +714,7 @@ def test_exploration_to_sft_to_eval_end_to_end(tmp_path, tiny_llama_dir, monkeyp
                                   judge="none", providers=names, splits=["train", "heldout"])
     ForcedExplorer(cfg, providers=providers(), progress=False).explore()
     label(cfg, providers=providers(), progress=False)
-    from train.config import save_resolved_config
+    from routers.config import save_resolved_config
 
     save_resolved_config(xdir, cfg)
     _, info = train_main(["--model_name_or_path", tiny_llama_dir, "--begin_file", str(xdir / "begin.jsonl"),

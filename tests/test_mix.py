@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from data_synthesis.jsonl import RecordError
+from routers.io import RecordError
 from data_synthesis.mix import MixConfig, main, mix, parse_source
 from routers import cli
 

@@ -404,7 +404,7 @@ def test_rag_reuses_the_prefix_index_when_encoders_match(tmp_path):
 
 
 def test_config_errors(tmp_path):
-    from train.config import ConfigError
+    from routers.config import ConfigError
 
     with pytest.raises(ConfigError, match="overlap"):
         _cfg(tmp_path, dev_episodes=["conv-26"], test_episodes=["conv-26"])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from train.config import load_yaml, parse_config
+from routers.config import load_yaml, parse_config
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from retriever_helpers import BagOfLetters
 
-from data_synthesis.jsonl import RecordError
+from routers.io import RecordError
 from data_synthesis.retriever import (RECORD_FIELDS, RetrieverSynthConfig, RetrieverSynthesizer, build_record,
                                       load_retriever_dataset, read_retriever_records, window_around, window_id)
 from routers.memory.retrieval import HybridRetriever, render_context

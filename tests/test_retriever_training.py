@@ -154,7 +154,7 @@ def test_gradcache_training_and_cli_export(tiny_dir, train_file, tmp_path):
 
 
 def test_bad_training_file_names_file_and_line(tiny_dir, tmp_path):
-    from data_synthesis.jsonl import RecordError
+    from routers.io import RecordError
 
     bad = tmp_path / "bad.jsonl"
     recs = toy_records()[:2]

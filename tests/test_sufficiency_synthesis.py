@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from data_synthesis.corpora import sample_qa
-from data_synthesis.jsonl import RecordError, read_jsonl
+from routers.io import RecordError, read_jsonl
 from data_synthesis.sufficiency import (RECORD_FIELDS, SCHEMA_VERSION, DistractorMiner, SufficiencySynthConfig,
                                         SufficiencySynthesizer, build_candidates, leaks_answer)
-from eval.qa_scoring import answers_correctly
+from routers.text import answers_correctly
 from routers.memory.retrieval import HybridRetriever
 
 REPO = Path(__file__).resolve().parents[1]

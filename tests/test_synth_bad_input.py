@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from data_synthesis.jsonl import OutputLock, OutputLockedError, RecordError
+from routers.io import OutputLock, OutputLockedError, RecordError
 from routers.memory.schema import QA, Episode, Step
-from train.config import ConfigError
+from routers.config import ConfigError
 
 SYNTH = ["--corpus", "textworld", "--encoder", "none", "--answer_models", "none", "--eval_fraction", "0.25"]
 PLACES = ["Paris", "Oslo", "Lima", "Rome", "Kyoto", "Cairo", "Quito", "Dakar"]

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from data_synthesis.corpora import load_corpus, split_episodes
-from data_synthesis.jsonl import RecordError
+from routers.io import RecordError
 from data_synthesis.textworld_corpus import (EPISODES_FILE, TextWorldCorpusConfig, clean_observation, game_settings,
                                              load_textworld, play, run)
 from data_synthesis.textworld_qa import CATEGORIES, Trajectory, find_mentions, parse_recipe, support_problems

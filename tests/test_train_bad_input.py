@@ -19,7 +19,7 @@ from retriever_helpers import write_jsonl as write_retriever_jsonl
 from routers.base import ExportTargetError
 from test_sufficiency_training import make_records
 from test_sufficiency_training import write_jsonl as write_sufficiency_jsonl
-from train.config import ConfigError
+from routers.config import ConfigError
 
 
 class ModelLoaded(Exception):
@@ -90,7 +90,7 @@ def test_sufficiency_export_dir_containing_init_adapter_is_refused(no_model_load
 
 @pytest.mark.parametrize("case", ["missing", "duplicate_id", "label_true", "empty_context", "empty_file"])
 def test_sufficiency_bad_data_fails_before_the_model_loads(no_model_load, tmp_path, case):
-    from data_synthesis.jsonl import RecordError
+    from routers.io import RecordError
     from train.sufficiency import main
 
     recs = make_records(6)
@@ -131,7 +131,7 @@ def test_sufficiency_bad_data_fails_before_the_model_loads(no_model_load, tmp_pa
     (["--resume", "true"], "resume must be one of"),
 ])
 def test_sufficiency_option_conflicts_fail_at_parse_time(flags, message):
-    from train.config import parse_config
+    from routers.config import parse_config
     from train.sufficiency import SufficiencyTrainingConfig, make_parser
 
     with pytest.raises(ConfigError, match=message):
@@ -192,7 +192,7 @@ def test_export_missing_checkpoint_says_it_does_not_exist(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("kind, module", [("sufficiency", "train.export:main"),
-                                          ("memagent", "train.memagent:export_main")])
+                                          ("memagent", "train.export:memagent_main")])
 def test_export_into_the_checkpoint_is_refused_before_loading(no_model_load, tmp_path, kind, module):
     import importlib
 
@@ -285,7 +285,7 @@ def test_retriever_bad_data_fails_before_the_encoder_loads(no_model_load, tmp_pa
     (["--resume", "true"], "resume must be one of"),
 ])
 def test_retriever_bad_options_fail_at_parse_time(flags, message):
-    from train.config import parse_config
+    from routers.config import parse_config
     from train.retriever import RetrieverTrainingConfig, make_parser
 
     with pytest.raises(ConfigError, match=message):
@@ -306,7 +306,7 @@ def test_retriever_resume_with_changed_settings_is_refused(no_model_load, retr_f
 
 
 def test_retriever_export_checks_run_before_loading(no_model_load, tmp_path):
-    from train.retriever import export_main
+    from train.export import retriever_main as export_main
 
     with pytest.raises(FileNotFoundError, match="checkpoint .*does not exist"):
         export_main(["--checkpoint", str(tmp_path / "missing"), "--export_dir", str(tmp_path / "e")])
@@ -352,7 +352,7 @@ def test_memagent_export_dir_equal_to_output_dir_is_refused(no_model_load, phase
 
 @pytest.mark.parametrize("case", ["missing_begin", "empty_end", "all_below_min_reward", "bad_record"])
 def test_memagent_bad_data_fails_before_the_model_loads(no_model_load, phase_files, tmp_path, case):
-    from data_synthesis.jsonl import RecordError
+    from routers.io import RecordError
     from train.memagent import main
 
     extra = []
@@ -387,7 +387,7 @@ def test_memagent_bad_data_fails_before_the_model_loads(no_model_load, phase_fil
     (["--resume", "true"], "resume must be one of"),
 ])
 def test_memagent_bad_options_fail_at_parse_time(flags, message):
-    from train.config import parse_config
+    from routers.config import parse_config
     from train.memagent import MemAgentSFTConfig, make_parser
 
     with pytest.raises(ConfigError, match=message):
@@ -417,7 +417,7 @@ def test_memagent_incomplete_checkpoint_is_not_resumed(no_model_load, phase_file
 
 
 def test_memagent_export_missing_checkpoint(tmp_path):
-    from train.memagent import export_main
+    from train.export import memagent_main as export_main
 
     with pytest.raises(FileNotFoundError, match="checkpoint .*does not exist"):
         export_main(["--checkpoint", str(tmp_path / "missing"), "--export_dir", str(tmp_path / "e")])

@@ -15,6 +15,8 @@ import re
 import sys
 from pathlib import Path
 
+from routers.config import check_resume_value
+
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 TRAINER_STATE = "trainer_state.json"
 
@@ -73,20 +75,6 @@ def time_budget_callback(minutes: float):
     return TimeBudget()
 
 
-RESUME_CHOICES = ("auto", "never")
-FINGERPRINT_FILE = "run_fingerprint.json"
-
-
-def check_resume_value(resume: str) -> str:
-    """``resume`` is 'auto' (continue from output_dir's last checkpoint) or 'never' (start over); anything
-    else (``true``, ``yes``...) is an error rather than a silent 'never'."""
-    if resume not in RESUME_CHOICES:
-        from train.config import ConfigError
-
-        raise ConfigError(f"resume must be one of {list(RESUME_CHOICES)}, got {resume!r}")
-    return resume
-
-
 def resolve_resume(cfg) -> str | None:
     """The checkpoint a trainer resumes from: ``cfg.resume_from_checkpoint`` when given (it must exist), else
     with ``resume: auto`` the newest *complete* checkpoint in ``cfg.output_dir`` (one killed while saving is
@@ -99,42 +87,6 @@ def resolve_resume(cfg) -> str | None:
     if cfg.resume == "auto" and os.path.isdir(cfg.output_dir):
         return last_complete_checkpoint(cfg.output_dir)
     return None
-
-
-def fingerprint_diff(old: dict, new: dict) -> dict[str, tuple]:
-    """{key: (old, new)} for every key whose value differs (keys missing on one side count)."""
-    keys = sorted(set(old) | set(new))
-    return {k: (old.get(k, "<unset>"), new.get(k, "<unset>")) for k in keys if old.get(k, "<unset>") != new.get(k, "<unset>")}
-
-
-def check_run_fingerprint(output_dir: str | os.PathLike, fingerprint: dict, resuming: bool,
-                          what: str = "run", file: str = FINGERPRINT_FILE) -> None:
-    """Refuse to continue a run (training from a checkpoint, synthesis into existing files) with settings
-    that differ from the ones it started with; otherwise (re)write the fingerprint.
-
-    ``resuming`` says whether earlier work in ``output_dir`` will be reused. The error names every differing
-    key, so the user either restores them or passes ``--resume never`` / a fresh ``output_dir``.
-    """
-    from data_synthesis.jsonl import atomic_write_json
-
-    path = Path(output_dir) / file
-    fingerprint = json.loads(json.dumps(fingerprint, default=str))  # the JSON view, as it is stored
-    if resuming and path.exists():
-        try:
-            old = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as err:
-            from train.config import ConfigError
-
-            raise ConfigError(f"{path}: unreadable fingerprint ({err}); remove it or pass --resume never") from None
-        diff = fingerprint_diff(old, fingerprint) if isinstance(old, dict) else {"<file>": (old, fingerprint)}
-        if diff:
-            from train.config import ConfigError
-
-            shown = "; ".join(f"{k}: {a!r:.60} -> {b!r:.60}" for k, (a, b) in diff.items())
-            raise ConfigError(f"{output_dir}: this {what} was started with other settings ({shown}). Continuing "
-                              "would mix them; restore them, pass --resume never to start over, or use another "
-                              "output directory")
-    atomic_write_json(path, fingerprint)
 
 
 TRAIN_SUMMARY = "train_summary.json"

@@ -166,7 +166,7 @@ def check_start(cfg, kind: str, resume: str | None, fingerprint: dict, protect: 
     """Before anything is loaded: the export target is safe (never the output_dir, a checkpoint or an
     adapter being read), and a resumed run keeps the settings it started with (``run_fingerprint.json``)."""
     from routers.base import check_export_target
-    from train.checkpoints import check_run_fingerprint
+    from routers.config import check_run_fingerprint
 
     if getattr(cfg, "export_dir", None):
         check_export_target(cfg.export_dir, kind, protect=(cfg.output_dir, *[p for p in protect if p]))

@@ -7,8 +7,8 @@
 :func:`export` runs every one of them: parse the router's options, check the checkpoint and the export target
 before any model loads (never the checkpoint itself or a directory holding it), read ``train_summary.json``
 for the model card, build the router from the checkpoint (``EXPORTS[router_type].build``) and save it
-atomically. ``main`` is ``memroute export sufficiency``; ``train.retriever:export_main`` and
-``train.memagent:export_main`` are the other two.
+atomically. ``main`` is ``memroute export sufficiency``; ``retriever_main`` and ``memagent_main`` are the
+other two.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def load_checkpoint(checkpoint: str, base_model: str | None = None):
         base = base_model or (adapter.get("base_model_name_or_path") if isinstance(adapter, dict) else None)
         summary = ckpt / "resolved_config.yaml"
         if summary.exists() and base_model is None:
-            from train.config import load_yaml
+            from routers.config import load_yaml
 
             base = load_yaml(summary).get("model_name_or_path", base)
         if not base:
@@ -155,7 +155,7 @@ def _retriever_router(cfg: RetrieverExportConfig, training: dict | None):
     (the checkpoint's, else its output_dir's)."""
     import train.retriever as trainer  # heavy (sentence-transformers); load_model looked up at call time
     from routers.retriever import RetrieverConfig, RetrieverRouter
-    from train.config import load_yaml
+    from routers.config import load_yaml
     from train.distributed import number_in
 
     ckpt = Path(cfg.checkpoint)
@@ -207,7 +207,7 @@ EXPORTS = {
 
 
 def make_parser(router_type: str = "sufficiency"):
-    from train.config import make_arg_parser
+    from routers.config import make_arg_parser
 
     spec = EXPORTS[router_type]
     return make_arg_parser([spec.config], prog=f"memroute export {router_type}", description=spec.description)
@@ -215,7 +215,7 @@ def make_parser(router_type: str = "sufficiency"):
 
 def export(router_type: str, argv=None):
     """``memroute export <router_type> [recipe.yaml] --checkpoint DIR --export_dir OUT ...``: the exported router."""
-    from train.config import parse_config
+    from routers.config import parse_config
 
     spec = EXPORTS[router_type]
     (cfg,) = parse_config(make_parser(router_type), [spec.config], argv)
@@ -230,6 +230,16 @@ def export(router_type: str, argv=None):
 def main(argv=None):
     """``memroute export sufficiency``."""
     return export("sufficiency", argv)
+
+
+def retriever_main(argv=None):
+    """``memroute export retriever``."""
+    return export("retriever", argv)
+
+
+def memagent_main(argv=None):
+    """``memroute export memagent``."""
+    return export("memagent", argv)
 
 
 if __name__ == "__main__":

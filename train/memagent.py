@@ -23,10 +23,11 @@ from pathlib import Path
 
 from trl import SFTConfig, SFTTrainer
 
-from data_synthesis.jsonl import atomic_write_json, read_jsonl
+from routers.io import atomic_write_json, read_jsonl
 from routers.memagent import prompts as P
 from routers.models import DEFAULT_CAUSAL_LM
-from train.checkpoints import check_resume_value, resolve_resume, time_budget_callback
+from routers.config import check_resume_value
+from train.checkpoints import resolve_resume, time_budget_callback
 from train.distributed import (check_model_path, check_start, number_in, option_problems, positive_int,
                                raise_option_problems, run_fingerprint, training_argument_checks)
 
@@ -309,14 +310,14 @@ def finished_checkpoint(checkpoint: str | None, max_steps: int) -> bool:
 
 
 def make_parser():
-    from train.config import make_arg_parser
+    from routers.config import make_arg_parser
 
     return make_arg_parser([MemAgentSFTConfig], prog="memroute train memagent",
                            description="SFT of the MemAgent Begin/In/End router (TRL, LoRA, completion-only loss).")
 
 
 def main(argv=None):
-    from train.config import parse_config, save_resolved_config
+    from routers.config import parse_config, save_resolved_config
 
     (cfg,) = parse_config(make_parser(), [MemAgentSFTConfig], argv)
     phases, resume = prepare_run(cfg)
@@ -354,13 +355,6 @@ def main(argv=None):
                           provider_names=info["provider_names"])
             print(f"[memroute] exported router to {cfg.export_dir}", file=sys.stderr)
     return trainer, info
-
-
-def export_main(argv=None):
-    """``memroute export memagent``: see :func:`train.export.export`."""
-    from train.export import export
-
-    return export("memagent", argv)
 
 
 if __name__ == "__main__":

@@ -42,9 +42,10 @@ import torch
 from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 from sentence_transformers.sentence_transformer.data_collator import SentenceTransformerDataCollator
 
-from data_synthesis.jsonl import atomic_write_json
+from routers.io import atomic_write_json
 from routers.models import DEFAULT_ENCODER
-from train.checkpoints import check_resume_value, resolve_resume, time_budget_callback
+from routers.config import check_resume_value
+from train.checkpoints import resolve_resume, time_budget_callback
 from train.distributed import (check_model_path, check_start, check_world_size, cpu_ddp_defaults, number_in,
                                option_problems, positive_int, raise_option_problems, run_fingerprint,
                                training_argument_checks, warn_if_fsdp_ignored)
@@ -278,7 +279,7 @@ def export_retriever(model, cfg_or_base, export_dir: str, training_info: dict | 
 
 
 def make_parser():
-    from train.config import make_arg_parser
+    from routers.config import make_arg_parser
 
     return make_arg_parser([RetrieverTrainingConfig], prog="memroute train retriever",
                            description="Train the evidence retriever (multi-positive InfoNCE).")
@@ -287,7 +288,7 @@ def make_parser():
 def main(argv=None):
     from transformers import set_seed
 
-    from train.config import parse_config, save_resolved_config
+    from routers.config import parse_config, save_resolved_config
 
     parser = make_parser()
     cpu_ddp_defaults(parser)
@@ -327,13 +328,6 @@ def main(argv=None):
             export_retriever(trainer.accelerator.unwrap_model(trainer.model), cfg, cfg.export_dir, info)
             print(f"[memroute] exported retriever to {cfg.export_dir}", file=sys.stderr)
     return trainer, info
-
-
-def export_main(argv=None):
-    """``memroute export retriever``: see :func:`train.export.export`."""
-    from train.export import export
-
-    return export("retriever", argv)
 
 
 if __name__ == "__main__":

@@ -20,11 +20,12 @@ from pathlib import Path
 import torch
 from transformers import Trainer, TrainingArguments
 
-from data_synthesis.jsonl import atomic_write_json
+from routers.io import atomic_write_json
 from data_synthesis.sufficiency import read_samples
 from routers.models import DEFAULT_CAUSAL_LM, left_pad, padding_safe_mask
 from routers.sufficiency import NO_WORDS, YES_WORDS, build_prompt, last_token_logits, verbalizer_ids
-from train.checkpoints import check_resume_value, resolve_resume, time_budget_callback
+from routers.config import check_resume_value
+from train.checkpoints import resolve_resume, time_budget_callback
 from train.distributed import (check_model_path, check_start, check_world_size, cpu_ddp_defaults, number_in,
                                option_problems, positive_int, raise_option_problems, resolve_attn_implementation,
                                run_fingerprint, training_argument_checks, warn_if_fsdp_ignored)
@@ -327,14 +328,14 @@ def prepare_run(cfg: SufficiencyTrainingConfig) -> tuple[list[dict], str | None]
 
 
 def make_parser():
-    from train.config import make_arg_parser
+    from routers.config import make_arg_parser
 
     return make_arg_parser([SufficiencyTrainingConfig], prog="memroute train sufficiency",
                            description="Train the Router-Mem evidence-sufficiency router.")
 
 
 def main(argv=None):
-    from train.config import parse_config, save_resolved_config
+    from routers.config import parse_config, save_resolved_config
 
     parser = make_parser()
     cpu_ddp_defaults(parser)

@@ -31,12 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-from data_synthesis.jsonl import atomic_write_json
+from routers.io import atomic_write_json
 from eval.bench.common import SCHEMA_VERSION, figure, machine_info, summarize, with_target
 from routers.base import git_revision, library_versions
 from routers.memagent.protocol import MemoryItem
 from routers.memagent.providers import PROVIDER_NAMES, ProviderProbe, as_encoder, build_providers, probe_loop
-from train.config import make_arg_parser, parse_config
+from routers.config import make_arg_parser, parse_config
 
 N_MEMORIES = 10_000
 DIM = 384

@@ -9,12 +9,12 @@ import time
 import traceback
 from pathlib import Path
 
-from data_synthesis.jsonl import atomic_write_json, atomic_write_text
+from routers.io import atomic_write_json, atomic_write_text
 from eval.bench.common import (BENCHMARKS, NEEDS_SAMPLES, SCHEMA_VERSION, BenchConfig, error_entry, machine_info,
                                resolve_benchmark)
 from routers.base import git_revision, library_versions
 from routers.models import default_device, resolve_causal_lm
-from train.config import ConfigError, make_arg_parser, parse_config
+from routers.config import ConfigError, make_arg_parser, parse_config
 
 
 def _fmt(x, unit: str = "") -> str:

@@ -30,7 +30,7 @@ import torch
 from tqdm.auto import tqdm
 
 from data_synthesis.corpora import load_locomo
-from data_synthesis.jsonl import atomic_write_text, read_jsonl
+from routers.io import atomic_write_text, read_jsonl
 from eval.bench.common import BenchConfig, figure, release, summarize, sync, with_target
 from routers.memory.retrieval import render_context
 from routers.sufficiency import CONTINUE, NO_WORDS, TERMINATE, YES_WORDS, SufficiencyRouter, build_prompt, verbalizer_ids

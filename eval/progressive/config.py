@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from routers.models import DEFAULT_CAUSAL_LM, DEFAULT_ENCODER
-from train.config import ConfigError
+from routers.config import ConfigError
 
 TAUS = (0.1, 0.3, 0.5, 0.7, 0.9)
 BASE, TRAINED = "base", "trained"

@@ -15,7 +15,7 @@ from data_synthesis.corpora import sample_qa
 from eval.judge import judge_answers
 from eval.progressive.cache import RECORD_VERSION, base_router_spec, build_key, question_key
 from eval.progressive.config import BASE, PATHS, TRAINED, ProgressiveEvalConfig, is_none
-from eval.qa_scoring import token_f1
+from routers.text import token_f1
 from routers.memory.retrieval import HybridRetriever, render_context
 from routers.models import TransformersBackend, make_backend, resolve_causal_lm
 from routers.progressive import (ProgressiveConfig, ProgressiveExecutor, answer_messages, counter_for,

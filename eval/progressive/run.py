@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 from data_synthesis.corpora import load_corpus
-from data_synthesis.jsonl import OutputLock, ResumableJsonlWriter, atomic_write_json, atomic_write_text, read_jsonl
+from routers.io import OutputLock, ResumableJsonlWriter, atomic_write_json, atomic_write_text, read_jsonl
 from eval.progressive.cache import config_hash, router_ids, score_new_routers
 from eval.progressive.config import ProgressiveEvalConfig
 from eval.progressive.execute import LazyModels, run_missing, select_questions
 from eval.progressive.report import build_metrics, format_table, pareto_plot, rows_csv, split_rows
-from train.config import make_arg_parser, parse_config, save_resolved_config
+from routers.config import make_arg_parser, parse_config, save_resolved_config
 
 
 def run(cfg: ProgressiveEvalConfig, backend=None, routers=None, retriever=None, rag_retriever=None, judge=None,

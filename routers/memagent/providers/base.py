@@ -527,7 +527,7 @@ class BaseProvider:
 
     def load(self, path) -> None:
         """Replace the memory with a saved one (validated first; atomic)."""
-        from data_synthesis.jsonl import read_jsonl
+        from routers.io import read_jsonl
 
         path = Path(path)
         meta_file = path / _META_FILE

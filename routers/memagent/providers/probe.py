@@ -350,7 +350,7 @@ def store_all(providers: Mapping[str, BaseProvider], trajectory: Trajectory, dec
 
 def save_providers(providers: Mapping[str, BaseProvider], path) -> None:
     """All providers in one directory (one sub-directory each), replaced atomically as a whole."""
-    from data_synthesis.jsonl import atomic_write_json
+    from routers.io import atomic_write_json
     from routers.base import atomic_directory
 
     with atomic_directory(path, "providers") as tmp:

@@ -8,6 +8,7 @@ override them, and a key that no dataclass knows is an error (with the closest v
 from __future__ import annotations
 
 import argparse
+import json
 import dataclasses
 import difflib
 import os
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import yaml
+
+from routers.io import atomic_write_json, atomic_write_text
 
 
 class ConfigError(ValueError):
@@ -132,8 +135,71 @@ def config_to_dict(*objs) -> dict[str, Any]:
 
 
 def save_resolved_config(output_dir: str | os.PathLike, *objs, name: str = "resolved_config.yaml") -> Path:
-    from data_synthesis.jsonl import atomic_write_text
-
     path = Path(output_dir) / name
     atomic_write_text(path, yaml.safe_dump(config_to_dict(*objs), sort_keys=True, default_flow_style=False))
     return path
+
+
+# -- resuming: a run continues only with the settings it started with ---------------------------------------
+RESUME_CHOICES = ("auto", "never")
+FINGERPRINT_FILE = "run_fingerprint.json"
+
+
+def check_resume_value(resume: str) -> str:
+    """``resume`` is 'auto' (continue from output_dir's last checkpoint) or 'never' (start over); anything
+    else (``true``, ``yes``...) is an error rather than a silent 'never'."""
+    if resume not in RESUME_CHOICES:
+        raise ConfigError(f"resume must be one of {list(RESUME_CHOICES)}, got {resume!r}")
+    return resume
+
+
+def fingerprint_diff(old: dict, new: dict) -> dict[str, tuple]:
+    """{key: (old, new)} for every key whose value differs (keys missing on one side count)."""
+    keys = sorted(set(old) | set(new))
+    return {k: (old.get(k, "<unset>"), new.get(k, "<unset>")) for k in keys if old.get(k, "<unset>") != new.get(k, "<unset>")}
+
+
+def check_run_fingerprint(output_dir: str | os.PathLike, fingerprint: dict, resuming: bool,
+                          what: str = "run", file: str = FINGERPRINT_FILE) -> None:
+    """Refuse to continue a run (training from a checkpoint, synthesis into existing files) with settings
+    that differ from the ones it started with; otherwise (re)write the fingerprint.
+
+    ``resuming`` says whether earlier work in ``output_dir`` will be reused. The error names every differing
+    key, so the user either restores them or passes ``--resume never`` / a fresh ``output_dir``.
+    """
+    path = Path(output_dir) / file
+    fingerprint = json.loads(json.dumps(fingerprint, default=str))  # the JSON view, as it is stored
+    if resuming and path.exists():
+        try:
+            old = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"{path}: unreadable fingerprint ({err}); remove it or pass --resume never") from None
+        diff = fingerprint_diff(old, fingerprint) if isinstance(old, dict) else {"<file>": (old, fingerprint)}
+        if diff:
+            shown = "; ".join(f"{k}: {a!r:.60} -> {b!r:.60}" for k, (a, b) in diff.items())
+            raise ConfigError(f"{output_dir}: this {what} was started with other settings ({shown}). Continuing "
+                              "would mix them; restore them, pass --resume never to start over, or use another "
+                              "output directory")
+    atomic_write_json(path, fingerprint)
+
+
+def prepare_output(output_dir: str | os.PathLike, fingerprint: dict, resume: str, resumable: list[str],
+                   derived: list[str] = (), what: str = "synthesis") -> bool:
+    """Before a synthesis job writes into ``output_dir`` (with its lock held): with ``resume: never`` remove
+    the earlier run's files (``resumable`` record files, ``derived`` summaries/directories and the
+    fingerprint) so the run starts over; otherwise, when a non-empty ``resumable`` file exists, refuse
+    settings whose ``fingerprint`` differs from the stored one (naming each key). Returns True when resuming."""
+    import shutil
+
+    check_resume_value(resume)
+    out = Path(output_dir)
+    if resume == "never":
+        for name in [*resumable, *derived, FINGERPRINT_FILE]:
+            path = out / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+    resuming = any((out / n).is_file() and (out / n).stat().st_size > 0 for n in resumable)
+    check_run_fingerprint(out, fingerprint, resuming, what=what)
+    return resuming
