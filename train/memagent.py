@@ -27,6 +27,7 @@ from routers.io import atomic_write_json, read_jsonl
 from routers.memagent import prompts as P
 from routers.models import DEFAULT_CAUSAL_LM
 from routers.config import check_resume_value
+from train.args import LoraArgs, RunArgs
 from train.checkpoints import resolve_resume, time_budget_callback
 from train.distributed import (check_model_path, check_start, number_in, option_problems, positive_int,
                                raise_option_problems, run_fingerprint, training_argument_checks)
@@ -36,7 +37,7 @@ ROLES = {"system", "user", "assistant"}
 
 
 @dataclass
-class MemAgentSFTConfig(SFTConfig):
+class MemAgentSFTConfig(LoraArgs, RunArgs, SFTConfig):
     """trl.SFTConfig plus the model, LoRA, data-mixing and export options."""
 
     model_name_or_path: str = field(default=DEFAULT_CAUSAL_LM, metadata={"help": "HF id, local path or 'smollm2'"})
@@ -48,19 +49,10 @@ class MemAgentSFTConfig(SFTConfig):
     max_in_samples: int | None = None
     max_end_samples: int | None = field(default=None, metadata={"help": "cap on End yes/no samples (after expansion)"})
     min_reward: float | None = field(default=None, metadata={"help": "drop records whose 'reward' is below this"})
-    use_lora: bool = True
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.05
-    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
-    export_dir: str | None = field(default=None, metadata={"help": "export the router here after training"})
-    max_train_minutes: float | None = field(default=None, metadata={
-        "help": "stop gracefully (checkpoint + export) after this many minutes of training; for time-boxed jobs"})
     export_merged: bool = field(default=True, metadata={"help": "merge LoRA into the weights; false = adapter export"})
     in_threshold: float = 0.5
     end_threshold: float = 0.5
     router_max_input_tokens: int = 4096
-    resume: str = field(default="auto", metadata={"help": "'auto' resumes from the last checkpoint in output_dir; 'never'"})
     # Defaults for this trainer (override the SFTConfig ones).
     output_dir: str = "outputs/memagent_router"
     max_length: int | None = 2048

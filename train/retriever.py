@@ -45,6 +45,7 @@ from sentence_transformers.sentence_transformer.data_collator import SentenceTra
 from routers.io import atomic_write_json
 from routers.models import DEFAULT_ENCODER
 from routers.config import check_resume_value
+from train.args import RunArgs
 from train.checkpoints import resolve_resume, time_budget_callback
 from train.distributed import (check_model_path, check_start, check_world_size, cpu_ddp_defaults, number_in,
                                option_problems, positive_int, raise_option_problems, run_fingerprint,
@@ -55,7 +56,7 @@ DATA_COLUMNS = ("query", "positives", "negatives", "positive_kinds")
 
 
 @dataclass
-class RetrieverTrainingConfig(SentenceTransformerTrainingArguments):
+class RetrieverTrainingConfig(RunArgs, SentenceTransformerTrainingArguments):
     """SentenceTransformerTrainingArguments plus the retriever, sampling and loss options."""
 
     model_name_or_path: str = field(default=DEFAULT_ENCODER, metadata={"help": "alias ('minilm'), HF id or local path"})
@@ -70,10 +71,6 @@ class RetrieverTrainingConfig(SentenceTransformerTrainingArguments):
         "help": "candidates are length-sorted and tokenized in chunks of this many (less padding); None = one column"})
     other_positives_in_denominator: bool = False
     max_seq_length: int | None = field(default=128, metadata={"help": "token budget per text (None = model default)"})
-    export_dir: str | None = field(default=None, metadata={"help": "export the RetrieverRouter here after training"})
-    max_train_minutes: float | None = field(default=None, metadata={
-        "help": "stop gracefully (checkpoint + export) after this many minutes of training; for time-boxed jobs"})
-    resume: str = field(default="auto", metadata={"help": "'auto' resumes from the last checkpoint in output_dir; 'never'"})
     # Defaults for this trainer (override the TrainingArguments ones).
     output_dir: str = "outputs/retriever_minilm"
     remove_unused_columns: bool = False

@@ -25,6 +25,7 @@ from data_synthesis.sufficiency import read_samples
 from routers.models import DEFAULT_CAUSAL_LM, left_pad, padding_safe_mask
 from routers.sufficiency import NO_WORDS, YES_WORDS, build_prompt, last_token_logits, verbalizer_ids
 from routers.config import check_resume_value
+from train.args import LoraArgs, RunArgs
 from train.checkpoints import resolve_resume, time_budget_callback
 from train.distributed import (check_model_path, check_start, check_world_size, cpu_ddp_defaults, number_in,
                                option_problems, positive_int, raise_option_problems, resolve_attn_implementation,
@@ -34,18 +35,13 @@ from train.losses import GroupedTokenLoss, RepresentationDistillationLoss
 
 
 @dataclass
-class SufficiencyTrainingConfig(TrainingArguments):
+class SufficiencyTrainingConfig(LoraArgs, RunArgs, TrainingArguments):
     """TrainingArguments plus the router, LoRA and distillation options."""
 
     model_name_or_path: str = field(default=DEFAULT_CAUSAL_LM, metadata={"help": "HF id, local path or 'smollm2'"})
     train_file: str = "outputs/sufficiency_data/train.jsonl"
     max_train_samples: int | None = None
     max_length: int = field(default=768, metadata={"help": "longer student prompts are skipped (and counted)"})
-    use_lora: bool = True
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.05
-    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     init_adapter: str | None = field(default=None, metadata={
         "help": "continue fine-tuning from a saved LoRA adapter (a previous run's output_dir); its r/alpha/targets "
                 "win over the lora_* options. The schedule and optimizer start fresh."})
@@ -55,9 +51,6 @@ class SufficiencyTrainingConfig(TrainingArguments):
     cache_teacher_states: bool = True
     teacher_model_name_or_path: str | None = field(
         default=None, metadata={"help": "separate frozen teacher (same hidden size); None = base model, adapters off"})
-    export_dir: str | None = field(default=None, metadata={"help": "export the merged router here after training"})
-    max_train_minutes: float | None = field(default=None, metadata={
-        "help": "stop gracefully (checkpoint + export) after this many minutes of training; for time-boxed jobs"})
     threshold: float = 0.5
     router_max_input_tokens: int = 1024
     padding_safe_mask: bool = field(default=True, metadata={
@@ -66,7 +59,6 @@ class SufficiencyTrainingConfig(TrainingArguments):
     attn_implementation: str | None = field(default="auto", metadata={
         "help": "'auto': flash_attention_2 on CUDA when flash-attn is installed, else the transformers default "
                 "(sdpa); or sdpa / eager / flash_attention_2"})
-    resume: str = field(default="auto", metadata={"help": "'auto' resumes from the last checkpoint in output_dir; 'never'"})
     # Sensible defaults for this trainer (override the TrainingArguments ones).
     output_dir: str = "outputs/sufficiency_router"
     remove_unused_columns: bool = False
