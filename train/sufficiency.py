@@ -21,7 +21,7 @@ import torch
 from transformers import Trainer, TrainingArguments
 
 from routers.io import atomic_write_json
-from data_synthesis.sufficiency import read_samples
+from data_synthesis.sufficiency_samples import read_samples
 from routers.models import DEFAULT_CAUSAL_LM, left_pad, padding_safe_mask
 from routers.sufficiency import NO_WORDS, YES_WORDS, build_prompt, last_token_logits, verbalizer_ids
 from routers.config import check_resume_value
@@ -30,6 +30,8 @@ from train.checkpoints import resolve_resume, time_budget_callback
 from train.distributed import (check_model_path, check_start, check_world_size, cpu_ddp_defaults, number_in,
                                option_problems, positive_int, raise_option_problems, resolve_attn_implementation,
                                run_fingerprint, training_argument_checks, warn_if_fsdp_ignored)
+from train.frozen_prefix import (check_split, decoder_of, freeze_all_but_top, layer_slice, linear_module_names,
+                                 lower_states, num_layers, pad_states)
 from train.losses import GroupedTokenLoss, RepresentationDistillationLoss
 
 
@@ -59,6 +61,10 @@ class SufficiencyTrainingConfig(LoraArgs, RunArgs, TrainingArguments):
     attn_implementation: str | None = field(default="auto", metadata={
         "help": "'auto': flash_attention_2 on CUDA when flash-attn is installed, else the transformers default "
                 "(sdpa); or sdpa / eager / flash_attention_2"})
+    train_top_layers: int | None = field(default=None, metadata={
+        "help": "CPU-efficient path: train only the top K decoder layers (LoRA on them, or full fine-tuning with "
+                "use_lora false); the frozen layers' outputs are computed once per sample and reused every epoch "
+                "(train/frozen_prefix.py). Needs lambda_rep 0 and no init_adapter"})
     # Sensible defaults for this trainer (override the TrainingArguments ones).
     output_dir: str = "outputs/sufficiency_router"
     remove_unused_columns: bool = False
@@ -84,6 +90,12 @@ class SufficiencyTrainingConfig(LoraArgs, RunArgs, TrainingArguments):
             number_in(self.threshold, "threshold", low=0, high=1),
             positive_int(self.router_max_input_tokens, "router_max_input_tokens"),
             (self.use_lora or not self.init_adapter, "init_adapter needs use_lora: true"),
+            positive_int(self.train_top_layers, "train_top_layers", allow_none=True),
+            (self.train_top_layers is None or not self.lambda_rep,
+             "train_top_layers needs lambda_rep 0: distillation reads a middle layer, which the frozen-prefix path "
+             "never runs again (the student's and teacher's states there are identical)"),
+            (self.train_top_layers is None or not self.init_adapter,
+             "train_top_layers cannot continue an init_adapter (its adapters may sit in the frozen layers)"),
             (self.use_lora or not self.lambda_rep or bool(self.teacher_model_name_or_path),
              "lambda_rep > 0 (distillation) needs use_lora: true (the teacher is the base model with its adapters "
              "off) or a separate teacher_model_name_or_path; pass --lambda_rep 0 to fine-tune without it"),
@@ -96,7 +108,7 @@ class SufficiencyTrainingConfig(LoraArgs, RunArgs, TrainingArguments):
 # optimisation options and the train file's path and sha256; see train.distributed.run_fingerprint).
 FINGERPRINT_KEYS = ("model_name_or_path", "max_train_samples", "max_length", "use_lora", "lora_r", "lora_alpha",
                     "lora_dropout", "lora_target_modules", "init_adapter", "lambda_rep", "rep_layer", "s0",
-                    "teacher_model_name_or_path", "padding_safe_mask")
+                    "teacher_model_name_or_path", "padding_safe_mask", "train_top_layers")
 
 
 class SufficiencyDataset(torch.utils.data.Dataset):
@@ -143,6 +155,10 @@ class SufficiencyCollator:
     pad_token_id: int
 
     def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        if "lower_states" in features[0]:  # the frozen-prefix path: the top layers' input, not token ids
+            return {**pad_states([f["lower_states"] for f in features]),
+                    "labels": torch.tensor([f["label"] for f in features], dtype=torch.long),
+                    "sample_idx": torch.tensor([f["idx"] for f in features], dtype=torch.long)}
         student = left_pad([f["input_ids"] for f in features], self.pad_token_id)
         teacher = left_pad([f["teacher_input_ids"] for f in features], self.pad_token_id)
         return {**student, **{f"teacher_{k}": v for k, v in teacher.items()},
@@ -163,8 +179,9 @@ class SufficiencyTrainer(Trainer):
     loss_is_scaled_for_ga = False
 
     def __init__(self, *args, yes_ids, no_ids, lambda_rep: float, rep_layer: int, s0: float | None,
-                 teacher_model=None, cache_teacher_states: bool = True, **kwargs):
+                 teacher_model=None, cache_teacher_states: bool = True, top_split: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.top_split = top_split  # frozen-prefix path: batches carry layers[:top_split]'s output
         self.cls_loss = GroupedTokenLoss(yes_ids, no_ids)
         self.rep_loss = RepresentationDistillationLoss()
         self.lambda_rep, self.rep_layer, self.s0 = lambda_rep, rep_layer, s0
@@ -197,12 +214,17 @@ class SufficiencyTrainer(Trainer):
         return states
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        student = {k: inputs[k] for k in ("input_ids", "attention_mask", "position_ids")}
+        first = "inputs_embeds" if "inputs_embeds" in inputs else "input_ids"
+        student = {k: inputs[k] for k in (first, "attention_mask", "position_ids")}
         config = getattr(self.accelerator.unwrap_model(model), "config", None)  # DDP wraps the model
         if self.args.padding_safe_mask and getattr(config, "_attn_implementation", None) == "sdpa":
             student["attention_mask"] = padding_safe_mask(student["attention_mask"])
         use_rep = self.lambda_rep > 0
-        logits, out = last_token_logits(model, student, output_hidden_states=use_rep)
+        if first == "inputs_embeds":
+            with layer_slice(model, self.top_split):
+                logits, out = last_token_logits(model, student)
+        else:
+            logits, out = last_token_logits(model, student, output_hidden_states=use_rep)
         l_cls = self.cls_loss(logits, inputs["labels"])
         loss = l_cls
         if use_rep:
@@ -275,10 +297,35 @@ def build_model(cfg: SufficiencyTrainingConfig):
     elif cfg.use_lora:
         from peft import LoraConfig, get_peft_model
 
+        targets, top = lora_targets(cfg.lora_target_modules), {}
+        if cfg.train_top_layers:  # adapters only where gradients flow
+            n = num_layers(model)
+            top = {"layers_to_transform": list(range(max(0, n - cfg.train_top_layers), n))}
+            if targets == "all-linear":  # peft takes layers_to_transform only with explicit module names
+                targets = linear_module_names(decoder_of(model).layers[-1])
         model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                                                 target_modules=lora_targets(cfg.lora_target_modules),
-                                                 task_type="CAUSAL_LM"))
+                                                 target_modules=targets, task_type="CAUSAL_LM", **top))
+    elif cfg.train_top_layers:
+        freeze_all_but_top(model, max(0, num_layers(model) - cfg.train_top_layers))
     return model, tokenizer
+
+
+def cache_lower_layers(model, dataset: "SufficiencyDataset", cfg: SufficiencyTrainingConfig, pad_id: int) -> dict:
+    """The frozen-prefix path: check that the decoder can be split, then store each sample's residual stream after
+    the frozen layers in the dataset (computed once; every epoch then runs only the top layers)."""
+    import time
+
+    n = num_layers(model)
+    split = max(0, n - cfg.train_top_layers)
+    model.to(cfg.device)
+    t = time.perf_counter()
+    deviation = check_split(model, dataset.items[0]["input_ids"], split, pad_id)
+    states = lower_states(model, [it["input_ids"] for it in dataset.items], split, pad_id,
+                          batch_size=max(1, cfg.per_device_train_batch_size * 2), progress=True)
+    for item, st in zip(dataset.items, states):
+        item["lower_states"] = st
+    return {"split": split, "layers": n, "trained_layers": n - split, "cache_s": round(time.perf_counter() - t, 1),
+            "cached_tokens": sum(st.shape[0] for st in states), "split_check_deviation": deviation}
 
 
 def lora_summary(model) -> dict | None:
@@ -344,6 +391,11 @@ def main(argv=None):
         teacher.eval().requires_grad_(False)
     dataset = SufficiencyDataset(records, tokenizer, cfg.max_length, cfg.max_train_samples, teacher_tokenizer,
                                  source=cfg.train_file)
+    frozen = cache_lower_layers(model, dataset, cfg, tokenizer.pad_token_id) if cfg.train_top_layers else None
+    if frozen and int(os.environ.get("RANK", "0")) == 0:
+        print(f"[memroute] frozen-prefix path: layers 0-{frozen['split'] - 1} cached once "
+              f"({frozen['cached_tokens']} tokens, {frozen['cache_s']:.0f}s); training the top {frozen['trained_layers']}",
+              file=sys.stderr)
     rep_layer = cfg.rep_layer if cfg.rep_layer is not None else default_rep_layer(model)
     n_states = model.config.num_hidden_layers + 1  # hidden_states: embeddings + one per layer
     if cfg.lambda_rep > 0 and not -n_states <= rep_layer < n_states:
@@ -356,7 +408,8 @@ def main(argv=None):
     trainer = SufficiencyTrainer(model=model, args=cfg, train_dataset=dataset,
                                  data_collator=SufficiencyCollator(tokenizer.pad_token_id), processing_class=tokenizer,
                                  yes_ids=yes_ids, no_ids=no_ids, lambda_rep=cfg.lambda_rep, rep_layer=rep_layer, s0=s0,
-                                 teacher_model=teacher, cache_teacher_states=cfg.cache_teacher_states)
+                                 teacher_model=teacher, cache_teacher_states=cfg.cache_teacher_states,
+                                 top_split=frozen["split"] if frozen else None)
     check_world_size(trainer.args)
     warn_if_fsdp_ignored(trainer)
     if teacher is not None:
@@ -376,7 +429,7 @@ def main(argv=None):
             "lambda_rep": cfg.lambda_rep, "s0": trainer.s0, "rep_layer": rep_layer, "world_size": trainer.args.world_size,
             "resumed_from": resume, "init_adapter": cfg.init_adapter,
             "stopped_by_time_budget_at_step": budget.stopped_at_step if budget is not None else None,
-            "lora": lora_summary(model) if cfg.use_lora else None}
+            "lora": lora_summary(model) if cfg.use_lora else None, "frozen_prefix": frozen}
     if trainer.is_world_process_zero():
         atomic_write_json(Path(cfg.output_dir) / "train_summary.json", {**info, "log_history": trainer.state.log_history})
         if cfg.export_dir:
