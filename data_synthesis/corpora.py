@@ -243,7 +243,7 @@ def load_corpus(name: str, path: str | None = None, **kwargs) -> list[Episode]:
             raise ValueError("hotpotqa needs a path, e.g. ../shared/data/hotpotqa/hotpotqa_train100.json")
         return load_hotpotqa(path, **kwargs)
     if name == "textworld":
-        from data_synthesis.textworld_corpus import load_textworld
+        from data_synthesis.textworld_episodes import load_textworld
 
         if not path:
             raise ValueError("textworld needs a path: the output_dir of `memroute synth textworld` "

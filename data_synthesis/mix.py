@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from routers.io import OutputLock, atomic_write_json, atomic_write_text
-from data_synthesis.sufficiency import read_samples
+from data_synthesis.sufficiency_samples import read_samples
 
 
 @dataclass

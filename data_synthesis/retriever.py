@@ -30,6 +30,9 @@ not steps of its episode, is skipped and counted, its ids listed in ``stats.json
 already drop unknown ids and report them under ``corpus``). Rerunning continues where a killed run
 stopped (``ResumableJsonlWriter``; each question's sample is a pure function of the seed and its id).
 Loadable with ``datasets.load_dataset("json", data_files=...)`` or :func:`load_retriever_dataset`.
+
+This module holds the config and the job; the record format, reader and :func:`build_record` are in
+:mod:`data_synthesis.retriever_records`.
 """
 
 from __future__ import annotations
@@ -42,16 +45,16 @@ from pathlib import Path
 import numpy as np
 
 from data_synthesis.corpora import load_hotpotqa, load_locomo, sample_qa, split_episodes
+from data_synthesis.retriever_records import RECORD_FIELDS, SCHEMA_VERSION, build_record, evidence_problem
+from data_synthesis.retriever_records import (  # noqa: F401 (the record reader's home before the split)
+    load_retriever_dataset, read_retriever_records)
+from data_synthesis.textworld_episodes import load_textworld
 from routers.io import OutputLock, ResumableJsonlWriter, atomic_write_json, read_jsonl
-from data_synthesis.sufficiency import _rng, leaks_answer
-from data_synthesis.textworld_corpus import check_schema_version, load_textworld
-from routers.memory.retrieval import HybridRetriever, render_context
-from routers.memory.schema import QA, Episode, LoadStats, Step
+from routers.memory.retrieval import HybridRetriever
+from routers.memory.schema import Episode, LoadStats
 from routers.models import DEFAULT_ENCODER
 
 FORMAT = "memroute.retriever"
-SCHEMA_VERSION = 1
-RECORD_FIELDS = ("id", "qa_id", "episode_id", "query", "positives", "negatives", "positive_ids", "negative_ids")
 DEFAULT_HOTPOTQA = "../shared/data/hotpotqa/hotpotqa_train100.json"
 
 
@@ -106,173 +109,6 @@ class RetrieverSynthConfig:
 CORPORA = ("locomo", "hotpotqa", "textworld")
 # options that only change batching / where the files go, not which records are made
 NOT_FINGERPRINTED = ("output_dir", "encode_batch_size", "resume")
-
-
-# -- views ---------------------------------------------------------------------------------------------
-def window_around(episode: Episode, index: int, size: int) -> list[Step]:
-    """``size`` adjacent steps centred on position ``index`` (shifted inward at the episode edges)."""
-    n = len(episode.steps)
-    size = max(1, min(size, n))
-    start = min(max(0, index - (size - 1) // 2), n - size)
-    return episode.steps[start:start + size]
-
-
-def window_id(steps: list[Step]) -> str:
-    return f"{steps[0].step_id}~{steps[-1].step_id}"
-
-
-def evidence_problem(episode: Episode, qa: QA) -> tuple[str | None, list[str]]:
-    """Why a question cannot be used ("no_evidence" / "unknown_evidence", with the offending ids)."""
-    if not qa.evidence:
-        return "no_evidence", []
-    unknown = [e for e in qa.evidence if not episode.has_step(e)]
-    if unknown:
-        return "unknown_evidence", unknown
-    return None, []
-
-
-def build_record(episode: Episode, qa: QA, cfg: RetrieverSynthConfig, split: str, lexical: np.ndarray,
-                 dense: np.ndarray | None, counts: Counter | None = None) -> dict:
-    """One training record. ``lexical``/``dense`` are the query's BM25 / cosine scores over the steps."""
-    counts = counts if counts is not None else Counter()
-    rng = _rng(cfg.seed, qa.qa_id)
-    steps = episode.steps
-    # list positions (``Step.index`` is a temporal rank: increasing, but not necessarily 0..n-1)
-    position = {s.step_id: p for p, s in enumerate(steps)}
-    evidence = list(dict.fromkeys(qa.evidence))
-    ev_index = {position[e] for e in evidence}
-    ev_set = set(evidence)
-
-    # positives: evidence steps, then evidence-complete windows
-    pos_texts, pos_ids, pos_kinds = [], [], []
-    for e in evidence:
-        pos_texts.append(episode.step(e).render())
-        pos_ids.append(e)
-        pos_kinds.append("step")
-    if cfg.window_size > 1:
-        for e in evidence:
-            win = window_around(episode, position[e], cfg.window_size)
-            wid = window_id(win)
-            if wid not in pos_ids and len(win) > 1:
-                pos_texts.append(render_context(win))
-                pos_ids.append(wid)
-                pos_kinds.append("window")
-    keep = min(len(pos_texts), max(cfg.max_positives, len(evidence)))
-    pos_texts, pos_ids, pos_kinds = pos_texts[:keep], pos_ids[:keep], pos_kinds[:keep]
-
-    # hard negatives
-    def eligible(i: int) -> bool:
-        s = steps[i]
-        if s.step_id in ev_set:
-            return False
-        if cfg.neighbour_exclusion and any(abs(i - j) <= cfg.neighbour_exclusion for j in ev_index):
-            return False
-        return True
-
-    leak_cache: dict[int, bool] = {}
-
-    def leaks(i: int) -> bool:
-        if i not in leak_cache:
-            leak_cache[i] = cfg.drop_answer_leaks and leaks_answer(steps[i], qa.answer)
-        return leak_cache[i]
-
-    def pool(scores: np.ndarray) -> list[int]:
-        order = np.lexsort((np.arange(len(scores)), -scores))
-        out = []
-        for i in order:
-            if len(out) >= cfg.hard_pool:
-                break
-            if eligible(int(i)):
-                if leaks(int(i)):
-                    continue
-                out.append(int(i))
-        return out
-
-    chosen: list[tuple[int, str]] = []
-    bm25_pool = pool(lexical) if len(steps) else []
-    picked = rng.sample(bm25_pool, min(cfg.bm25_negatives, len(bm25_pool)))
-    chosen += [(i, "bm25") for i in sorted(picked, key=bm25_pool.index)]
-    if dense is not None and cfg.dense_negatives > 0:
-        taken = {i for i, _ in chosen}
-        dense_pool = [i for i in pool(dense) if i not in taken]
-        picked = rng.sample(dense_pool, min(cfg.dense_negatives, len(dense_pool)))
-        chosen += [(i, "dense") for i in sorted(picked, key=dense_pool.index)]
-    neg_texts = [steps[i].render() for i, _ in chosen]
-    neg_ids = [steps[i].step_id for i, _ in chosen]
-    neg_kinds = [k for _, k in chosen]
-    if cfg.window_size > 1 and cfg.window_negatives > 0:
-        n_win = 0
-        for i, _ in chosen:
-            if n_win >= cfg.window_negatives:
-                break
-            win = window_around(episode, i, cfg.window_size)
-            wid = window_id(win)
-            if len(win) < 2 or wid in neg_ids or any(s.step_id in ev_set for s in win):
-                continue
-            if cfg.drop_answer_leaks and any(leaks(position[s.step_id]) for s in win):
-                continue
-            neg_texts.append(render_context(win))
-            neg_ids.append(wid)
-            neg_kinds.append("window")
-            n_win += 1
-    counts["dropped_answer_leaks"] += sum(leak_cache.values())
-    if not neg_texts:
-        counts["no_hard_negatives"] += 1
-    return {"schema_version": SCHEMA_VERSION, "id": qa.qa_id, "qa_id": qa.qa_id, "episode_id": episode.episode_id,
-            "source": episode.source, "split": split, "category": qa.category, "query": qa.question,
-            "answer": qa.answer, "positives": pos_texts, "negatives": neg_texts, "positive_ids": pos_ids,
-            "negative_ids": neg_ids, "positive_kinds": pos_kinds, "negative_kinds": neg_kinds,
-            "evidence_ids": evidence}
-
-
-def validate_record(rec: dict) -> None:
-    """Raise ValueError on a malformed record (``read_jsonl`` turns it into file:line)."""
-    if not isinstance(rec["query"], str) or not rec["query"].strip():
-        raise ValueError("query must be a non-empty string")
-    for key in ("positives", "negatives", "positive_ids", "negative_ids"):
-        if not isinstance(rec[key], list) or not all(isinstance(x, str) for x in rec[key]):
-            raise ValueError(f"{key} must be a list of strings")
-    if not rec["positives"]:
-        raise ValueError("positives must not be empty")
-    if len(rec["positives"]) != len(rec["positive_ids"]) or len(rec["negatives"]) != len(rec["negative_ids"]):
-        raise ValueError("positives/negatives and their ids must have the same length")
-    check_schema_version(rec, SCHEMA_VERSION)
-
-
-def read_retriever_records(path: str | Path, max_records: int | None = None) -> list[dict]:
-    """Validated records (a malformed one raises ``RecordError`` naming file and line; a repeated id is one,
-    since it would be trained on twice)."""
-    if max_records is not None and (isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1):
-        raise ValueError(f"max_records must be a positive integer or None, got {max_records!r}")
-    seen: set = set()
-
-    def validate(rec: dict) -> None:
-        validate_record(rec)
-        if rec["id"] in seen:
-            raise ValueError(f"duplicate id {rec['id']!r:.80}")
-        seen.add(rec["id"])
-
-    out = []
-    try:
-        for rec in read_jsonl(path, required=RECORD_FIELDS, validate=validate):
-            out.append(rec)
-            if max_records is not None and len(out) >= max_records:
-                break
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: retriever record file not found") from None
-    except IsADirectoryError:
-        raise ValueError(f"{path}: is a directory, not a JSONL record file") from None
-    if not out:
-        raise ValueError(f"{path}: no retriever records")
-    return out
-
-
-def load_retriever_dataset(path: str | Path, max_records: int | None = None, columns=RECORD_FIELDS):
-    """A ``datasets.Dataset`` of validated records (only ``columns`` kept)."""
-    from datasets import Dataset
-
-    recs = read_retriever_records(path, max_records)
-    return Dataset.from_list([{k: r[k] for k in columns} for r in recs])
 
 
 # -- the job -------------------------------------------------------------------------------------------

@@ -7,7 +7,9 @@ policy (re-planned after every step) but interleaves noise -- random safe admiss
 way, an object in another room or in a closed container, an object already carried, a container
 already open) -- so trajectories are long (``min_steps``..``max_steps``). Every step is recorded with
 the facts it added and removed (``infos["facts"]``), which gives the exact world state after each step.
-Questions come from :mod:`data_synthesis.textworld_qa` with exact evidence step ids.
+Questions come from :mod:`data_synthesis.textworld_qa` with exact evidence step ids. This module holds the
+config and the job; a game is made and played in :mod:`data_synthesis.textworld_player` and the corpus is
+read back by :mod:`data_synthesis.textworld_episodes`.
 
 Output (``output_dir``): ``episodes.jsonl`` (one ``Episode.to_dict()`` per game, ``source: textworld``),
 ``games/<episode_id>.{z8,json,ni}``, ``stats.json``, ``manifest.json``, ``resolved_config.yaml``. A killed
@@ -19,31 +21,22 @@ TextWorld (https://github.com/microsoft/TextWorld) is MIT-licensed, (c) Microsof
 
 from __future__ import annotations
 
-import contextlib
-import os
 import random
-import re
-import shutil
 import sys
 import time
-import warnings
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from routers.io import OutputLock, ResumableJsonlWriter, atomic_write_json, read_jsonl
-from data_synthesis.textworld_qa import CATEGORIES, DIRECTIONS, World, generate_qa
-from routers.memory.schema import SCHEMA_VERSION, Episode, LoadStats, Step
+from data_synthesis.textworld_episodes import EPISODES_FILE, load_textworld
+from data_synthesis.textworld_player import make_game, play
+from data_synthesis.textworld_qa import CATEGORIES, generate_qa
+from routers.io import OutputLock, ResumableJsonlWriter, atomic_write_json
+from routers.memory.schema import SCHEMA_VERSION, Episode
 
 FORMAT = "memroute.textworld"
-EPISODES_FILE = "episodes.jsonl"
-# Verbs a noise action never uses: they can make the game unwinnable (eating or burning an ingredient,
-# cutting it the wrong way, preparing the meal early) or need keys the agent does not track.
-UNSAFE_VERBS = {"eat", "drink", "cook", "chop", "dice", "slice", "prepare", "lock", "unlock"}
-INFO_VERBS = {"look", "inventory", "examine"}
-_PROMPT_TAIL = re.compile(r"\n>\s[^\n]*$")
 
 
 @dataclass
@@ -116,168 +109,6 @@ def game_settings(cfg: TextWorldCorpusConfig, index: int) -> tuple[dict, int]:
     settings = {"recipe": recipe, "take": take, "go": rng.choice(cfg.go), "open": cfg.open, "cook": cfg.cook,
                 "cut": cfg.cut, "drop": cfg.drop, "recipe_seed": 0, "split": cfg.split}
     return settings, rng.randrange(1, 2 ** 31 - 1)
-
-
-@contextlib.contextmanager
-def quiet_jericho():
-    """Jericho warns that it cannot analyse TextWorld-built games ("unsupported game"): harmless here."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*(not fully supported|unsupported game)")
-        yield
-
-
-def make_game(settings: dict, game_seed: int, games_dir: Path, name: str) -> tuple[Path, dict]:
-    """Generate and compile one game (offline); files appear in ``games_dir`` only once complete."""
-    import textworld.generator
-    from textworld.challenges.tw_cooking import cooking
-    from textworld.generator.game import GameOptions
-
-    tmp = games_dir / f".tmp-{name}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    options = GameOptions()
-    options.seeds = game_seed
-    options.path = str(tmp / f"{name}.z8")
-    options.force_recompile = True
-    with quiet_jericho():
-        game = cooking.make(dict(settings), options)
-        textworld.generator.compile_game(game, options)
-    for f in sorted(tmp.iterdir()):
-        os.replace(f, games_dir / f.name)
-    tmp.rmdir()
-    meta = {k: game.metadata.get(k) for k in ("uuid", "walkthrough", "max_score", "ingredients")}
-    return games_dir / f"{name}.z8", meta
-
-
-def clean_observation(text: str) -> str:
-    """Drop the prompt and status line TextWorld appends, and collapse blank lines."""
-    text = _PROMPT_TAIL.sub("", text.rstrip())
-    return re.sub(r"\n{3,}", "\n\n", text).strip()
-
-
-def _facts(state) -> set[tuple[str, ...]]:
-    return {(f.name, *(v.name for v in f.arguments)) for f in state["facts"]}
-
-
-def _types(state) -> dict[str, str]:
-    return {v.name: v.type for f in state["facts"] for v in f.arguments}
-
-
-# -- the player ----------------------------------------------------------------------------------------
-def failing_actions(world: World, seen: set[str]) -> dict[str, list[tuple[str, dict]]]:
-    """Commands that must fail in this state, grouped by the reason they fail."""
-    room = world.player_room()
-    exits = world.exits(room)
-    out: dict[str, list[tuple[str, dict]]] = {r: [] for r in ("closed_door", "no_exit", "not_here", "closed_container",
-                                                              "already_carried", "already_open")}
-    for d in DIRECTIONS:
-        if d not in exits:
-            out["no_exit"].append((f"go {d}", {"direction": d}))
-        elif exits[d][1] and world.is_open(exits[d][1]) is False:
-            out["closed_door"].append((f"go {d}", {"direction": d, "door": exits[d][1]}))
-    for x in world.portables():
-        rel, where = world.holder(x)
-        if where == "I":
-            out["already_carried"].append((f"take {x}", {"entity": x}))
-        elif x in seen and world.room_of(x) not in (None, room):
-            out["not_here"].append((f"take {x}", {"entity": x}))
-        elif x in seen and rel == "in" and world.is_open(where) is False and world.room_of(where) == room:
-            out["closed_container"].append((f"take {x}", {"entity": x, "container": where}))
-    for c in world.openables():
-        if world.types.get(c) != "d" and world.is_open(c) and world.room_of(c) == room:
-            out["already_open"].append((f"open {c}", {"container": c}))
-    return {k: v for k, v in out.items() if v}
-
-
-def choose_noise(world: World, admissible: list[str], seen: set[str], rng: random.Random,
-                 cfg: TextWorldCorpusConfig) -> tuple[str, str, dict | None]:
-    """(command, kind, intended failure) for one noise step."""
-    kinds = ["random", "info", "fail"]
-    kind = rng.choices(kinds, weights=[cfg.noise_random, cfg.noise_info, cfg.noise_fail])[0]
-    if kind == "fail":
-        fails = failing_actions(world, seen)
-        if fails:
-            reason = rng.choice(sorted(fails))
-            cmd, detail = rng.choice(fails[reason])
-            return cmd, "fail", {"reason": reason, **detail}
-        kind = "random"
-    if kind == "random":
-        safe = [c for c in admissible if c.split(" ", 1)[0] not in UNSAFE_VERBS | INFO_VERBS]
-        if safe:
-            return rng.choice(safe), "random", None
-    info = ["look", "inventory"] + [c for c in admissible if c.startswith("examine ")]
-    return rng.choice(info), "info", None
-
-
-def play(game_file: Path, cfg: TextWorldCorpusConfig, rng: random.Random) -> tuple[list[Step], dict]:
-    """Play one game: the engine's winning policy interleaved with noise. Returns steps and outcome."""
-    import textworld
-
-    infos = textworld.EnvInfos(admissible_commands=True, facts=True, inventory=True, policy_commands=True,
-                               score=True, won=True, lost=True, description=True, objective=True, max_score=True)
-    with quiet_jericho():
-        return _play(textworld.start(str(game_file), request_infos=infos), cfg, rng)
-
-
-def _play(env, cfg: TextWorldCorpusConfig, rng: random.Random) -> tuple[list[Step], dict]:
-    try:
-        state = env.reset()
-        facts = _facts(state)
-        types = _types(state)
-        intro = f"{state['objective']}\n\n{clean_observation(state['description'])}"
-        world = World(facts, types)
-        steps = [_step(0, "start", intro, world, 0, "start", None, set(), set())]
-        steps[0].meta["facts"] = [list(f) for f in sorted(facts)]
-        steps[0].meta["entity_types"] = dict(sorted(types.items()))
-        seen = set(_mentioned(intro, types))
-        done, examined_cookbook = False, False
-        hard_cap = cfg.max_steps + 60
-        while not done and len(steps) <= hard_cap:
-            n_done = len(steps) - 1
-            policy = list(state["policy_commands"] or [])
-            admissible = sorted(state["admissible_commands"] or [])
-            failure = None
-            if n_done == 0:
-                cmd, kind = "inventory", "info"
-            elif not examined_cookbook and "examine cookbook" in admissible:
-                cmd, kind, examined_cookbook = "examine cookbook", "info", True
-            elif not policy:
-                break
-            elif n_done + len(policy) < cfg.max_steps and (n_done + len(policy) < cfg.min_steps
-                                                          or rng.random() < cfg.noise_prob):
-                cmd, kind, failure = choose_noise(world, admissible, seen, rng, cfg)
-            else:
-                cmd, kind = policy[0], "policy"
-            prev_score = int(state["score"])
-            state, score, done = env.step(cmd)
-            new_facts = _facts(state)
-            added, removed = new_facts - facts, facts - new_facts
-            obs = clean_observation(state["feedback"])
-            if failure is not None and (added or removed or int(score) != prev_score):
-                failure = None  # it did not fail after all: no cause to ask about
-            facts, world = new_facts, World(new_facts, types)
-            seen |= _mentioned(obs, types)
-            steps.append(_step(len(steps), cmd, obs, world, int(score), kind, failure, added, removed))
-        outcome = {"won": bool(state["won"]), "lost": bool(state["lost"]), "final_score": int(state["score"]),
-                   "max_score": int(state["max_score"]), "objective": state["objective"]}
-    finally:
-        env.close()
-    return steps, outcome
-
-
-def _mentioned(text: str, types: dict[str, str]) -> set[str]:
-    low = text.lower()
-    return {e for e in types if e.lower() in low}
-
-
-def _step(i: int, action: str, obs: str, world: World, score: int, kind: str, failure: dict | None,
-          added, removed) -> Step:
-    meta = {"action": action, "observation": obs, "location": world.player_room(), "inventory": world.inventory(),
-            "score": score, "kind": kind, "failed": failure is not None,
-            "added": [list(f) for f in sorted(added)] if i else [], "removed": [list(f) for f in sorted(removed)]}
-    if failure is not None:
-        meta["failure"] = failure
-    return Step(step_id=f"T{i}", index=i, text=f"> {action}\n{obs}", speaker="agent", meta=meta)
 
 
 def build_episode(cfg: TextWorldCorpusConfig, index: int, games_dir: Path) -> tuple[Episode, dict]:
@@ -370,75 +201,6 @@ def summarize(out: Path, this_run: dict | None = None) -> dict:
         stats["this_run"] = this_run
     return stats
 
-
-# -- loader --------------------------------------------------------------------------------------------
-def check_schema_version(rec: dict, newest: int = SCHEMA_VERSION) -> None:
-    """``schema_version`` must be an integer no newer than this reader (a string like "1" is an error)."""
-    v = rec.get("schema_version", newest)
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ValueError(f"schema_version must be an integer, got {v!r:.40}")
-    if v > newest:
-        raise ValueError(f"schema_version {v} is newer than this reader ({newest})")
-
-
-def _validate(rec: dict) -> None:
-    check_schema_version(rec)
-    if not isinstance(rec["steps"], list) or not rec["steps"]:
-        raise ValueError("steps must be a non-empty list")
-    if not isinstance(rec.get("qa", []), list):
-        raise ValueError("qa must be a list")
-    Episode.from_dict(rec)  # raises ValueError naming the step / question and field
-
-
-def _episode_validator():
-    """``_validate`` plus ids unique across the file: a repeated episode_id, or a qa_id that another episode
-    already used (sample ids are built from qa ids, so a repeat would silently lose a question). Run inside
-    ``read_jsonl``, so the error names the real line."""
-    episodes: set[str] = set()
-    qa_owner: dict[str, str] = {}
-
-    def validate(rec: dict) -> None:
-        _validate(rec)
-        eid = rec["episode_id"]
-        if eid in episodes:
-            raise ValueError(f"duplicate episode_id {eid!r}")
-        for i, q in enumerate(rec.get("qa", [])):
-            if q["qa_id"] in qa_owner:
-                raise ValueError(f"qa #{i}: duplicate qa_id {q['qa_id']!r} (already used by episode "
-                                 f"{qa_owner[q['qa_id']]!r})")
-        episodes.add(eid)
-        qa_owner.update((q["qa_id"], eid) for q in rec.get("qa", []))
-
-    return validate
-
-
-def load_textworld(path: str | os.PathLike, stats: LoadStats | None = None) -> list[Episode]:
-    """Episodes from ``DIR/episodes.jsonl`` or a JSONL file; a bad line raises ``RecordError`` (file:line)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / EPISODES_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist (generate it with `memroute synth textworld`)")
-    stats = stats if stats is not None else LoadStats()
-    episodes = []
-    for rec in read_jsonl(path, required=("schema_version", "episode_id", "steps"), validate=_episode_validator()):
-        ep = Episode.from_dict(rec)
-        kept = []
-        for q in ep.qa:
-            unknown = [e for e in q.evidence if not ep.has_step(e)]
-            if unknown:
-                stats.unknown_evidence_ids.extend(f"{ep.episode_id}/{e}" for e in unknown)
-                q.evidence = [e for e in q.evidence if ep.has_step(e)]
-            if not q.evidence:
-                stats.skipped_no_evidence += 1
-                continue
-            kept.append(q)
-        ep.qa = kept
-        stats.qa_kept += len(kept)
-        stats.episodes += 1
-        stats.steps += len(ep.steps)
-        episodes.append(ep)
-    return episodes
 
 
 def make_parser():

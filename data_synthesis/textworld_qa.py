@@ -1,4 +1,4 @@
-"""World state and evidence-exact QA over a played TextWorld trajectory (AMA-Bench-style questions).
+"""Evidence-exact QA over a played TextWorld game (AMA-Bench-style questions), one generator per type.
 
 A trajectory is an :class:`~routers.memory.schema.Episode` whose step ``T0`` stores the game's initial
 facts (``meta["facts"]``, lists like ``["at", "P", "kitchen"]``) and entity types, and whose later steps
@@ -18,7 +18,8 @@ each question's evidence is the set of steps that made the answer knowable:
 Each QA carries ``meta["support_terms"]`` (names that must appear in the evidence text),
 ``meta["answer_terms"]`` (those the answer is made of) and ``meta["derivation"]`` (``text`` / ``count`` /
 ``step_id`` / ``absent_direction``); :func:`support_problems` checks them, and candidates that fail are
-dropped, never written.
+dropped, never written. The replayed world state (:class:`~data_synthesis.textworld_state.PlayedGame`) is
+in :mod:`data_synthesis.textworld_state`.
 """
 
 from __future__ import annotations
@@ -28,218 +29,16 @@ import re
 from collections import defaultdict
 from typing import Iterable
 
+from data_synthesis.textworld_state import PlayedGame, room_header, score_increment
 from routers.memory.schema import QA, Episode
 
-DIRECTIONS = ("north", "south", "east", "west")
-PORTABLE_TYPES = {"f", "o", "k", "meal"}
 CATEGORIES = ("recall", "state_after_step", "causal_failure", "state_update")
 # AMA-Bench's four memory capabilities (MESA §5); counting questions are kept under state updating.
 AMA_CAPABILITY = {"recall": "recall", "state_after_step": "state_updating", "causal_failure": "causal_inference",
                   "state_update": "state_updating"}
-_HEADER = re.compile(r"-=\s*(.+?)\s*=-")
-_SCORE_UP = re.compile(r"score has just gone up by (\w+) point", re.I)
 
 
-def fact_key(fact: Iterable[str]) -> tuple[str, ...]:
-    return tuple(fact)
-
-
-class World:
-    """Queries over one set of facts (the state after a step)."""
-
-    def __init__(self, facts: Iterable[tuple[str, ...]], types: dict[str, str]):
-        self.facts = frozenset(facts)
-        self.types = types
-        self._by_pred: dict[str, list[tuple[str, ...]]] = defaultdict(list)
-        for f in self.facts:
-            self._by_pred[f[0]].append(f)
-
-    def player_room(self) -> str | None:
-        return next((f[2] for f in self._by_pred["at"] if f[1] == "P"), None)
-
-    def holder(self, x: str) -> tuple[str, str] | None:
-        """("in", container) / ("on", supporter) / ("at", room) / ("in", "I") for the inventory."""
-        for pred in ("in", "on", "at"):
-            for f in self._by_pred[pred]:
-                if f[1] == x and len(f) == 3:
-                    return pred, f[2]
-        return None
-
-    def room_of(self, x: str, _depth: int = 0) -> str | None:
-        h = self.holder(x)
-        if h is None or _depth > 5:
-            return None
-        rel, where = h
-        if where == "I":
-            return self.player_room()
-        if rel == "at":
-            return where
-        return self.room_of(where, _depth + 1)
-
-    def inventory(self) -> list[str]:
-        return sorted(f[1] for f in self._by_pred["in"] if f[2] == "I")
-
-    def contents(self, holder: str) -> list[str]:
-        return sorted(f[1] for f in self._by_pred["in"] + self._by_pred["on"] if f[2] == holder)
-
-    def is_open(self, c: str) -> bool | None:
-        if ("open", c) in self.facts:
-            return True
-        if ("closed", c) in self.facts or ("locked", c) in self.facts:
-            return False
-        return None
-
-    def openables(self) -> list[str]:
-        return sorted({f[1] for p in ("open", "closed", "locked") for f in self._by_pred[p]})
-
-    def exits(self, room: str) -> dict[str, tuple[str, str | None]]:
-        """direction -> (destination, door or None). ``north_of(A, B)``: A lies north of B."""
-        out = {}
-        for d in DIRECTIONS:
-            for f in self._by_pred[f"{d}_of"]:
-                if f[2] == room:
-                    door = next((g[2] for g in self._by_pred["link"] if g[1] == room and g[3] == f[1]), None)
-                    out[d] = (f[1], door)
-        return out
-
-    def portables(self) -> list[str]:
-        return sorted(e for e, t in self.types.items() if t in PORTABLE_TYPES and self.holder(e) is not None)
-
-
-def find_mentions(text: str, names: Iterable[str]) -> set[str]:
-    """Entity names in ``text`` (whole words, longest first so "red hot pepper" does not count as "pepper")."""
-    low = text.lower()
-    found = set()
-    for name in sorted(set(names), key=lambda n: (-len(n), n)):
-        pat = re.compile(rf"(?<![\w-]){re.escape(name.lower())}(?![\w-])")
-        if pat.search(low):
-            found.add(name)
-            low = pat.sub(" ", low)
-    return found
-
-
-def room_header(observation: str) -> str | None:
-    m = _HEADER.search(observation)
-    return m.group(1).lower().replace(" ", "") if m else None
-
-
-def score_increment(observation: str) -> int | None:
-    words = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5}
-    m = _SCORE_UP.search(observation)
-    return words.get(m.group(1).lower()) if m else None
-
-
-def state_sentence(observation: str, entity: str) -> str | None:
-    """"open"/"closed" when a sentence of the observation states it for ``entity`` ("A closed fridge")."""
-    for sent in re.split(r"(?<=[.!?])\s+|\n+", observation):
-        low = sent.lower()
-        if re.search(rf"(?<![\w-]){re.escape(entity.lower())}(?![\w-])", low):
-            m = re.search(r"\b(closed|open)\b", low)
-            if m and low.index(m.group(1)) < low.index(entity.lower()):
-                return m.group(1)
-    return None
-
-
-class Trajectory:
-    """Per-step actions, observations, exact world states and fact diffs of a played episode."""
-
-    def __init__(self, episode: Episode):
-        self.episode = episode
-        steps = episode.steps
-        if not steps or "facts" not in steps[0].meta:
-            raise ValueError(f"episode {episode.episode_id}: step 0 lacks meta['facts'] (not a TextWorld trajectory)")
-        self.types: dict[str, str] = dict(steps[0].meta.get("entity_types", {}))
-        facts = {fact_key(f) for f in steps[0].meta["facts"]}
-        self.worlds = [World(facts, self.types)]
-        self.added = [set(facts)]
-        self.removed: list[set] = [set()]
-        for s in steps[1:]:
-            add = {fact_key(f) for f in s.meta.get("added", [])}
-            rem = {fact_key(f) for f in s.meta.get("removed", [])}
-            facts = (facts - rem) | add
-            self.worlds.append(World(facts, self.types))
-            self.added.append(add)
-            self.removed.append(rem)
-        self.actions = [s.meta.get("action", "") for s in steps]
-        self.obs = [s.meta.get("observation", "") for s in steps]
-        self.scores = [int(s.meta.get("score", 0)) for s in steps]
-        names = [e for e in self.types if self.types[e] not in {"P", "I", "RECIPE"}]
-        self.mentions = [find_mentions(o, names) for o in self.obs]
-        self.headers = [room_header(o) for o in self.obs]
-        self.ids = [s.step_id for s in steps]
-
-    def __len__(self) -> int:
-        return len(self.worlds)
-
-    def verb(self, i: int) -> str:
-        return self.actions[i].split(" ", 1)[0] if self.actions[i] else ""
-
-    def target(self, i: int) -> str:
-        parts = self.actions[i].split(" ", 1)
-        return parts[1] if len(parts) > 1 else ""
-
-    def failure(self, i: int) -> dict | None:
-        return self.episode.steps[i].meta.get("failure")
-
-    def holder_changed(self, x: str, i: int) -> bool:
-        return i > 0 and self.worlds[i].holder(x) != self.worlds[i - 1].holder(x)
-
-    def sighting(self, x: str, i: int) -> bool:
-        """Step ``i``'s observation shows where ``x`` is (room description, opening/examining its holder, inventory)."""
-        w = self.worlds[i]
-        h = w.holder(x)
-        if h is None or x not in self.mentions[i]:
-            return False
-        if h[1] == "I":
-            return self.verb(i) == "inventory"
-        if w.room_of(x) != w.player_room():
-            return False
-        if self.headers[i]:
-            return True
-        return self.verb(i) in ("open", "examine") and self.target(i) == h[1]
-
-    def location_evidence(self, x: str, k: int) -> int | None:
-        """The last step <= k that moved ``x`` or showed where it was (None: the player never learned it)."""
-        for j in range(k, -1, -1):
-            if self.holder_changed(x, j) or self.sighting(x, j):
-                return j
-        return None
-
-    def last_room_step(self, k: int) -> int:
-        """The last step <= k whose observation names the room the player was in (arrival, look, start)."""
-        room = self.worlds[k].player_room()
-        for j in range(k, -1, -1):
-            if self.headers[j] == room:
-                return j
-        return 0
-
-    def move_step(self, k: int) -> int:
-        """The last step <= k that put the player where they were after step k (0 = never moved)."""
-        for j in range(k, 0, -1):
-            if any(f[0] == "at" and f[1] == "P" for f in self.added[j]):
-                return j
-        return 0
-
-    def open_state_evidence(self, c: str, k: int) -> int | None:
-        """The last step <= k that changed or stated whether ``c`` was open."""
-        for j in range(k, -1, -1):
-            if j > 0 and self.worlds[j].is_open(c) != self.worlds[j - 1].is_open(c):
-                return j
-            if state_sentence(self.obs[j], c) == ("open" if self.worlds[j].is_open(c) else "closed"):
-                return j
-        return None
-
-    def inventory_steps(self, k: int) -> list[int] | None:
-        """The last ``inventory`` listing <= k plus every later step up to k that changed the inventory."""
-        last = next((j for j in range(k, 0, -1) if self.verb(j) == "inventory" and self.actions[j] == "inventory"), None)
-        if last is None:
-            return None
-        changes = [j for j in range(last + 1, k + 1)
-                   if any(f[0] == "in" and f[-1] == "I" for f in self.added[j] | self.removed[j])]
-        return [last] + changes
-
-
-def _qa(category: str, template: str, question: str, answer: str, evidence: Iterable[int], traj: Trajectory,
+def _qa(category: str, template: str, question: str, answer: str, evidence: Iterable[int], traj: PlayedGame,
         terms: Iterable[str] = (), derivation: str = "text", answer_terms: Iterable[str] | None = None,
         **extra) -> dict:
     """``terms`` must appear in the evidence text; ``answer_terms`` (default: ``terms`` for text answers) in the answer."""
@@ -257,7 +56,7 @@ def _join(items: list[str]) -> str:
 
 
 # -- candidates ----------------------------------------------------------------------------------------
-def recall_candidates(t: Trajectory) -> list[dict]:
+def recall_candidates(t: PlayedGame) -> list[dict]:
     out = []
     opened: set[str] = set()
     for i in range(1, len(t)):
@@ -308,7 +107,7 @@ def parse_recipe(observation: str) -> tuple[list[str], list[str]]:
     return ings, [re.sub(r"^(\w+) the ", r"\1 ", d) for d in dirs]
 
 
-def state_candidates(t: Trajectory, ks: list[int]) -> list[dict]:
+def state_candidates(t: PlayedGame, ks: list[int]) -> list[dict]:
     out = []
     for k in ks:
         w, sid = t.worlds[k], t.ids[k]
@@ -349,7 +148,7 @@ def state_candidates(t: Trajectory, ks: list[int]) -> list[dict]:
     return out
 
 
-def causal_candidates(t: Trajectory) -> list[dict]:
+def causal_candidates(t: PlayedGame) -> list[dict]:
     out = []
     for k in range(1, len(t)):
         fail = t.failure(k)
@@ -397,7 +196,7 @@ def causal_candidates(t: Trajectory) -> list[dict]:
     return out
 
 
-def update_candidates(t: Trajectory) -> list[dict]:
+def update_candidates(t: PlayedGame) -> list[dict]:
     out = []
     first_take: dict[str, int] = {}
     takes: dict[str, list[int]] = defaultdict(list)
@@ -480,7 +279,7 @@ def support_problems(episode: Episode, qa: QA | dict) -> list[str]:
 
 def generate_qa(episode: Episode, per_type: int, seed: int | str = 0, state_probes: int = 12) -> tuple[list[QA], dict]:
     """Up to ``per_type`` supported questions per category (templates round-robin, seeded)."""
-    t = Trajectory(episode)
+    t = PlayedGame(episode)
     rng = random.Random(f"{seed}:{episode.episode_id}:qa")
     n = len(t)
     ks = sorted(rng.sample(range(2, n), min(state_probes, max(0, n - 2)))) if n > 2 else []

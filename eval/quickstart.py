@@ -7,6 +7,7 @@ Each stage resumes: rerunning after a crash continues synthesis and training whe
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -21,23 +22,31 @@ from routers.config import make_arg_parser, parse_config, save_resolved_config
 
 @dataclass
 class QuickstartConfig:
+    """The embedded defaults: sized for 2 CPU cores in about 20 minutes (see configs/sufficiency/README.md)."""
+
     output_dir: str = "outputs/quickstart"
     model_name_or_path: str = DEFAULT_CAUSAL_LM
     encoder: str = DEFAULT_ENCODER
     corpus_path: str | None = field(default=None, metadata={"help": "LoCoMo JSON; default: the bundled copy"})
     eval_episodes: list[str] = field(default_factory=lambda: ["conv-26", "conv-30"],
                                      metadata={"help": "held-out conversations"})
-    max_qa_per_episode: int = 24
+    max_qa_per_episode: int = 60
     max_eval_qa_per_episode: int = 30
-    answer_models: list[str] = field(default_factory=lambda: [DEFAULT_CAUSAL_LM])
+    answer_models: list[str] = field(default_factory=lambda: ["none"], metadata={
+        "help": "models that try to answer negatives (discarded if they can); off by default: with SmolLM2 it "
+                "discarded ~1 % of negatives and cost most of the synthesis time"})
     distractors_min: int = 2
     distractors_max: int = 4
-    max_steps: int = 60
-    per_device_train_batch_size: int = 4
-    learning_rate: float = 3e-4
+    train_top_layers: int | None = field(default=4, metadata={
+        "help": "the frozen-prefix path (train only the top K layers on cached states); null = LoRA on every layer"})
+    use_lora: bool = field(default=False, metadata={"help": "false = full fine-tuning of the trained layers"})
     lora_r: int = 16
     lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
-    lambda_rep: float = 0.1
+    lambda_rep: float = field(default=0.0, metadata={"help": "distillation weight (needs train_top_layers: null)"})
+    num_train_epochs: float = 3.0
+    max_steps: int = field(default=-1, metadata={"help": "> 0 overrides num_train_epochs"})
+    per_device_train_batch_size: int = 8
+    learning_rate: float = 1e-4
     max_length: int = 512
     bf16: bool | None = field(default=None, metadata={"help": "None = auto (GPU or CPU with native bf16)"})
     seed: int = 0
@@ -73,15 +82,19 @@ def main(argv=None) -> dict:
     stats = SufficiencySynthesizer(synth_cfg).run()
     timings["synthesis_s"] = time.perf_counter() - t
 
-    t = _stage("2/3 train SmolLM2 + LoRA (grouped-token loss + distillation) and export")
+    t = _stage("2/3 train the router and export it")
     train_args = ["--model_name_or_path", cfg.model_name_or_path, "--train_file", str(out / "data" / "train.jsonl"),
                   "--output_dir", str(out / "train"), "--export_dir", str(out / "router"),
-                  "--max_steps", str(cfg.max_steps), "--per_device_train_batch_size", str(cfg.per_device_train_batch_size),
-                  "--learning_rate", str(cfg.learning_rate), "--lora_r", str(cfg.lora_r),
+                  "--num_train_epochs", str(cfg.num_train_epochs), "--max_steps", str(cfg.max_steps),
+                  "--per_device_train_batch_size", str(cfg.per_device_train_batch_size),
+                  "--learning_rate", str(cfg.learning_rate), "--use_lora", str(cfg.use_lora), "--lora_r", str(cfg.lora_r),
                   "--lora_target_modules", *cfg.lora_target_modules,
                   "--lambda_rep", str(cfg.lambda_rep), "--max_length", str(cfg.max_length), "--seed", str(cfg.seed),
-                  "--logging_steps", "10", "--save_steps", "20", "--warmup_steps", "10", "--lr_scheduler_type", "cosine",
+                  "--logging_steps", "10", "--save_strategy", "epoch", "--warmup_steps", "0.1",
+                  "--lr_scheduler_type", "cosine", "--train_sampling_strategy", "group_by_length",
                   "--bf16", str(cfg.bf16)]
+    if cfg.train_top_layers:
+        train_args += ["--train_top_layers", str(cfg.train_top_layers)]
     import torch
 
     if cfg.bf16 and not torch.cuda.is_available():
@@ -104,10 +117,37 @@ def main(argv=None) -> dict:
                "calibration_skipped": metrics.get("calibration_skipped"),
                "plots": [str(out / "eval" / "reliability.png"), str(out / "eval" / "early_termination.png")]}
     atomic_write_json(out / "quickstart_summary.json", summary)
-    print(f"\n[memroute quickstart] done in {timings['total_s'] / 60:.1f} min "
-          f"(synthesis {timings['synthesis_s']:.0f}s, training {timings['training_s']:.0f}s, "
-          f"evaluation {timings['evaluation_s']:.0f}s). Router: {out / 'router'}; results: {out / 'eval'}")
+    print(final_report(summary, metrics, out))
     return summary
+
+
+def final_report(summary: dict, metrics: dict, out: Path) -> str:
+    """What a newcomer needs at the end: did training help (base vs trained), where things are, how to use it."""
+    t = summary["timings"]
+    rows = []
+    for name in ("base", "trained"):
+        m = metrics["models"].get(name)
+        if m:
+            fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+            rows.append(f"  {name:<8} AUROC {fmt(m.get('auroc'))}   AP {fmt(m.get('ap'))}   ECE {fmt(m.get('ece'))}")
+    if summary["calibration_written_to_router"]:
+        tau = json.loads((out / "router" / "calibration.json").read_text()).get("threshold")
+        cal = f"calibrated tau {tau:.3f} written into the router"
+    else:
+        cal = f"calibration skipped ({summary['calibration_skipped']}); the router keeps tau 0.5"
+    return "\n".join([
+        f"\n[memroute quickstart] done in {t['total_s'] / 60:.1f} min (synthesis {t['synthesis_s']:.0f}s, "
+        f"training {t['training_s']:.0f}s, evaluation {t['evaluation_s']:.0f}s)",
+        f"held-out conversations, {metrics['n_samples']} samples:", *rows, f"  {cal}",
+        f"plots:  {'  '.join(summary['plots'])}",
+        f"router: {out / 'router'}",
+        "use it:",
+        "  from routers.base import load_router",
+        f"  router = load_router({str(out / 'router')!r})",
+        "  router.decide(router.score([question], [retrieved_memory]))  # ['terminate'] or ['continue']",
+        "The full recipe (configs/sufficiency/train/smollm2_gpu.yaml, ~150 s on one GPU) reaches held-out AUROC "
+        "0.86 on the same conversations; CPU recipes and results: configs/sufficiency/README.md",
+    ])
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from routers.io import OutputLock, RecordError, atomic_write_json, atomic_write_text, read_jsonl
-from data_synthesis.sufficiency import read_samples
+from data_synthesis.sufficiency_samples import read_samples
 from eval.metrics import (DEFAULT_TAUS, MIN_CALIBRATION_PER_CLASS, MIN_CALIBRATION_SAMPLES, binary_metrics,
                           calibrate_threshold, calibration_refusal, finite_or_none, threshold_metrics)
 from eval.score_cache import ResultCache, model_identity, score_field

@@ -139,7 +139,7 @@ RETR = {"schema_version": st.just(1), "id": words, "qa_id": words, "episode_id":
 @FUZZ
 @given(data=jsonl_text(record(RETR)))
 def test_fuzz_retriever_samples(data, fuzz_dir):
-    from data_synthesis.retriever import read_retriever_records
+    from data_synthesis.retriever_records import read_retriever_records
 
     path = _write(fuzz_dir, "retriever.jsonl", data)
     recs = load_or_clear_error(read_retriever_records, path)
@@ -372,7 +372,7 @@ TW_EPISODE = {"schema_version": st.just(1), "episode_id": words, "source": st.ju
 @FUZZ
 @given(data=jsonl_text(record(TW_EPISODE), max_records=3))
 def test_fuzz_textworld_episodes(data, fuzz_dir):
-    from data_synthesis.textworld_corpus import load_textworld
+    from data_synthesis.textworld_episodes import load_textworld
 
     path = _write(fuzz_dir, "episodes.jsonl", data)
     for ep in load_or_clear_error(load_textworld, path) or []:

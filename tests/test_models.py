@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import routers.models as models
-from routers.models import (MissingPackageError, OpenAICompatibleBackend, TransformersBackend, make_backend,
-                            resolve_causal_lm, resolve_encoder)
+from routers.backends import OpenAICompatibleBackend, TransformersBackend, make_backend
+from routers.models import MissingPackageError, resolve_causal_lm, resolve_encoder
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -22,7 +22,7 @@ from routers import cli
 from routers.memory.retrieval import HybridRetriever
 from routers.memory.schema import QA, Episode, Step
 from routers.memory.views import AlignedViews
-from routers.models import OpenAICompatibleBackend
+from routers.backends import OpenAICompatibleBackend
 from routers.progressive import (EMPTY_CONTEXT, FAST, SLOW, ProgressiveConfig, ProgressiveExecutor, TokenCounter,
                                  agent_messages, answer_messages, is_empty_note, select_blocks)
 

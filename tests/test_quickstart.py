@@ -19,7 +19,13 @@ def test_quickstart_end_to_end_tiny(tiny_llama_dir, tmp_path, capsys):
     assert (out / "router" / "router_config.json").exists() and (out / "router" / "calibration.json").exists()
     assert (out / "eval" / "reliability.png").stat().st_size > 0
     assert (out / "eval" / "early_termination.png").stat().st_size > 0
-    assert "AUROC" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "AUROC" in printed
+    # the closing report: base vs trained, where the plots and the router are, how to use it, what the full recipe does
+    assert "base     AUROC" in printed and "trained  AUROC" in printed and "router: " + str(out / "router") in printed
+    assert "load_router(" in printed and "router.decide(router.score(" in printed and "0.86" in printed
+    assert "the router keeps tau 0.5" in printed
+    assert summary["training"]["frozen_prefix"]["trained_layers"] >= 1  # the default path is the CPU-efficient one
     assert metrics["n_samples"] == 12 and set(metrics["models"]) == {"base", "trained"}
     # the quickstart asks for the calibration to be written into its router, but 12 samples are too few:
     # refused, said so, and the export keeps the tau it was saved with

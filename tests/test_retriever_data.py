@@ -10,8 +10,9 @@ import pytest
 from retriever_helpers import BagOfLetters
 
 from routers.io import RecordError
-from data_synthesis.retriever import (RECORD_FIELDS, RetrieverSynthConfig, RetrieverSynthesizer, build_record,
-                                      load_retriever_dataset, read_retriever_records, window_around, window_id)
+from data_synthesis.retriever import RetrieverSynthConfig, RetrieverSynthesizer
+from data_synthesis.retriever_records import (RECORD_FIELDS, build_record, load_retriever_dataset, read_retriever_records,
+                                              window_around, window_id)
 from routers.memory.retrieval import HybridRetriever, render_context
 from routers.memory.schema import QA, Episode, Step
 

@@ -17,8 +17,9 @@ import pytest
 
 from data_synthesis.corpora import sample_qa
 from routers.io import RecordError, read_jsonl
-from data_synthesis.sufficiency import (RECORD_FIELDS, SCHEMA_VERSION, DistractorMiner, SufficiencySynthConfig,
-                                        SufficiencySynthesizer, build_candidates, leaks_answer)
+from data_synthesis.sufficiency import SufficiencySynthConfig, SufficiencySynthesizer
+from data_synthesis.sufficiency_samples import (RECORD_FIELDS, SCHEMA_VERSION, DistractorMiner, build_candidates,
+                                                leaks_answer)
 from routers.text import answers_correctly
 from routers.memory.retrieval import HybridRetriever
 

@@ -103,7 +103,7 @@ def test_synthesizer_run_holds_the_lock_too(tmp_path, corpus):
 
 # -- defect 5: duplicate ids in a corpus ------------------------------------------------------------------------
 def _load(path):
-    from data_synthesis.textworld_corpus import load_textworld
+    from data_synthesis.textworld_episodes import load_textworld
 
     return load_textworld(path)
 
@@ -140,7 +140,7 @@ def test_string_schema_version_is_a_clear_error(tmp_path):
 
 
 def test_retriever_record_string_schema_version(tmp_path):
-    from data_synthesis.retriever import read_retriever_records
+    from data_synthesis.retriever_records import read_retriever_records
 
     rec = {"schema_version": "1", "id": "a", "qa_id": "a", "episode_id": "e", "query": "q?", "positives": ["p"],
            "negatives": [], "positive_ids": ["p1"], "negative_ids": []}
@@ -280,7 +280,7 @@ def test_empty_results_are_errors(tmp_path, case, match):
 
 
 def test_samples_the_trainer_would_refuse_are_skipped_and_counted(tmp_path):
-    from data_synthesis.sufficiency import read_samples
+    from data_synthesis.sufficiency_samples import read_samples
 
     lone = episode(4, n_steps=1, qa=[{"qa_id": "e4/q0", "question": "Where on day 0?", "answer": "Dakar",
                                       "evidence": ["s0"]}])
@@ -392,7 +392,8 @@ def test_retriever_empty_corpus_is_an_error(tmp_path):
 
 
 def test_retriever_windows_use_list_positions_not_index_values(tmp_path):
-    from data_synthesis.retriever import RetrieverSynthConfig, build_record
+    from data_synthesis.retriever import RetrieverSynthConfig
+    from data_synthesis.retriever_records import build_record
     from routers.memory.retrieval import HybridRetriever
 
     steps = [Step(f"s{j}", 100 + 10 * j, f"text number {j} about kites") for j in range(6)]

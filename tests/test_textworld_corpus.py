@@ -20,9 +20,11 @@ import pytest
 
 from data_synthesis.corpora import load_corpus, split_episodes
 from routers.io import RecordError
-from data_synthesis.textworld_corpus import (EPISODES_FILE, TextWorldCorpusConfig, clean_observation, game_settings,
-                                             load_textworld, play, run)
-from data_synthesis.textworld_qa import CATEGORIES, Trajectory, find_mentions, parse_recipe, support_problems
+from data_synthesis.textworld_corpus import TextWorldCorpusConfig, game_settings, run
+from data_synthesis.textworld_episodes import EPISODES_FILE, load_textworld
+from data_synthesis.textworld_player import clean_observation, play
+from data_synthesis.textworld_qa import CATEGORIES, parse_recipe, support_problems
+from data_synthesis.textworld_state import PlayedGame, find_mentions
 from routers.memory.schema import SCHEMA_VERSION, LoadStats
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,7 +91,7 @@ def test_recorded_states_match_a_fresh_replay_in_the_engine(corpus):
 
     out, _, episodes = corpus
     for e in episodes:
-        traj = Trajectory(e)
+        traj = PlayedGame(e)
         env = textworld.start(str(out / e.meta["game_file"]), request_infos=textworld.EnvInfos(facts=True, score=True))
         try:
             state = env.reset()
@@ -110,7 +112,7 @@ def test_failures_really_failed_for_their_reason(corpus):
     _, _, episodes = corpus
     reasons = Counter()
     for e in episodes:
-        traj = Trajectory(e)
+        traj = PlayedGame(e)
         for k, s in enumerate(e.steps):
             fail = s.meta.get("failure")
             if not fail:
@@ -161,7 +163,7 @@ def test_state_answers_and_evidence_from_recorded_meta(corpus):
     _, _, episodes = corpus
     checked = Counter()
     for e in episodes:
-        traj = Trajectory(e)
+        traj = PlayedGame(e)
         for q in (q for q in e.qa if q.category == "state_after_step"):
             k = q.meta["step"]
             sk = e.steps[k]
@@ -199,7 +201,7 @@ def test_causal_answers_name_the_cause(corpus):
     _, _, episodes = corpus
     n = 0
     for e in episodes:
-        traj = Trajectory(e)
+        traj = PlayedGame(e)
         for q in (q for q in e.qa if q.category == "causal_failure"):
             fail_step = e.step(q.evidence[-1])
             k = fail_step.index
@@ -227,7 +229,7 @@ def test_update_and_recall_answers(corpus):
     _, _, episodes = corpus
     seen = Counter()
     for e in episodes:
-        traj = Trajectory(e)
+        traj = PlayedGame(e)
         for q in e.qa:
             tpl = q.meta["template"]
             steps = [e.step(x) for x in q.evidence]

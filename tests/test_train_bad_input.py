@@ -431,7 +431,7 @@ def test_openai_backend_warns_once_for_plain_http_and_never_leaks_the_key(monkey
     import urllib.error
     import urllib.request
 
-    import routers.models as models
+    import routers.backends as models
 
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.setattr(models, "_warned_hosts", set(), raising=False)
@@ -463,7 +463,7 @@ def test_openai_backend_warning_only_for_a_key_over_plain_http_to_a_remote_host(
     import urllib.error
     import urllib.request
 
-    import routers.models as models
+    import routers.backends as models
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.setattr(models, "_warned_hosts", set(), raising=False)
@@ -477,14 +477,14 @@ def test_openai_backend_warning_only_for_a_key_over_plain_http_to_a_remote_host(
 
 @pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://host/v1", "localhost:8000/v1"])
 def test_openai_backend_refuses_non_http_urls(url):
-    from routers.models import make_backend
+    from routers.backends import make_backend
 
     with pytest.raises(ValueError, match="http"):
         make_backend(f"openai:m@{url}")
 
 
 def test_openai_backend_name_hides_url_credentials():
-    from routers.models import make_backend
+    from routers.backends import make_backend
 
     b = make_backend("openai:m@https://user:pw123@host.example:8443/v1")
     assert "pw123" not in b.name and "pw123" not in repr(b).replace(b.base_url, "") and b.name.endswith(

@@ -239,7 +239,7 @@ def build_dataset(cfg_or_records):
 
 def read_records(cfg: RetrieverTrainingConfig) -> list[dict]:
     """The training records, read and validated (before any model is loaded)."""
-    from data_synthesis.retriever import read_retriever_records
+    from data_synthesis.retriever_records import read_retriever_records
 
     path = cfg.train_file
     if not os.path.exists(path):

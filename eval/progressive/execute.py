@@ -17,7 +17,8 @@ from eval.progressive.cache import RECORD_VERSION, base_router_spec, build_key, 
 from eval.progressive.config import BASE, PATHS, TRAINED, ProgressiveEvalConfig, is_none
 from routers.text import token_f1
 from routers.memory.retrieval import HybridRetriever, render_context
-from routers.models import TransformersBackend, make_backend, resolve_causal_lm
+from routers.backends import TransformersBackend, make_backend
+from routers.models import resolve_causal_lm
 from routers.progressive import (ProgressiveConfig, ProgressiveExecutor, answer_messages, counter_for,
                                  generate_with_retries)
 from routers.sufficiency import SufficiencyRouter
