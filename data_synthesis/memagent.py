@@ -21,18 +21,14 @@ Output directory::
 
     manifest.json                 config fingerprint (a resume with a different setup is refused)
     {split}/tasks.jsonl           one line per task: goal, probe previews, retrieved Begin memories
-    {split}/exploration.jsonl     one line per rollout (schema below)
+    {split}/exploration.jsonl     one line per rollout (schema: routers.memagent.rollout)
     stores/                       provider states after the last finished training task + progress.json
     stores.jsonl                  what each store wrote (task, rollout, provider, item ids, gated)
     judgments.jsonl               judge replies and parsed 0-5 scores (cache)
     begin.jsonl in.jsonl end.jsonl stats.json resolved_config.yaml
 
-Exploration record (``schema_version`` 1): ``id`` ("task|option|policy"), ``task_id``, ``split``,
-``begin_provider`` (null = no memory), ``in_policy``, ``success`` (bool), ``steps`` (int), ``reward``
-(game score), ``max_score``, ``error`` (null or "Type: message"), ``injected_tokens`` (Begin + In),
-``begin_tokens``, ``in_tokens``, ``in_queries``, ``retrieved_item_ids``, ``elapsed_s``, ``s_per_step``,
-``agent``, ``trajectory`` (``Trajectory.to_dict()``; each step's ``meta.stm`` is the short-term summary
-available at that step, ``meta.query`` whether it was injected).
+The exploration record (``schema_version`` 1), the rollout that writes it, its validator and the runtime
+builders live in :mod:`routers.memagent.rollout`, shared with ``memroute eval memagent``.
 """
 
 from __future__ import annotations
@@ -49,10 +45,12 @@ from typing import Any, Callable, Mapping, Sequence
 from routers.io import OutputLock, ResumableJsonlWriter, atomic_write_json, atomic_write_text, read_jsonl
 from routers.memagent.agent import IN_POLICIES
 from routers.memagent.protocol import Task, Trajectory
+from routers.memagent.rollout import (  # noqa: F401 - RolloutJob, token_counter: importable from here as before
+    EXPLORATION_FIELDS, FORMAT, SCHEMA_VERSION, RolloutConfig, RolloutContext, RolloutJob, build_agent, build_env,
+    build_providers_from, env_tasks, exploration_record, init_worker, probe_function, rollout_id, token_counter,
+    validate_exploration, worker_rollout)
+from routers.memagent.rollout import short_term_factory as _stm_factory
 
-FORMAT = "memroute.memagent.exploration"
-SCHEMA_VERSION = 1
-EXPLORATION_FIELDS = ("id", "task_id", "begin_provider", "in_policy", "success", "steps", "trajectory")
 TASK_FIELDS = ("id", "task_id", "goal", "previews", "retrieved")
 STORE_FIELDS = ("id", "task_id", "rollout_id", "provider", "item_ids")
 PROGRESS_FILE = "progress.json"
@@ -64,46 +62,19 @@ FINGERPRINT_FIELDS = ("providers", "include_no_memory", "in_policies", "n_train"
 
 
 @dataclass
-class ForcedExplorationConfig:
-    """Options of ``memroute synth forced-exploration`` (YAML recipe + CLI overrides)."""
+class ForcedExplorationConfig(RolloutConfig):
+    """Options of ``memroute synth forced-exploration`` (YAML recipe + CLI overrides); the environment, agent
+    and provider options are inherited from :class:`routers.memagent.rollout.RolloutConfig`."""
 
     output_dir: str = "outputs/memagent_data"
     splits: list[str] = field(default_factory=lambda: ["train", "heldout"],
                               metadata={"help": "explored in this order; only 'train' tasks are stored into memory"})
     stage: str = field(default="all", metadata={"help": "all | explore | label"})
-    # environment
-    games_dir: str = "outputs/textworld_games"
-    n_train: int = 16
-    n_heldout: int = 8
-    env_seed: int = 0
-    max_steps: int = 30
-    game_presets: list[str] = field(default_factory=lambda: [
-        "recipe=1,take=1,go=1", "recipe=1,take=1,go=1,cut", "recipe=1,take=1,go=6",
-        "recipe=2,take=1,go=1,cook", "recipe=2,take=2,go=6,open,cut"],
-        metadata={"help": "tw-cooking settings, assigned to seeds round-robin"})
-    goal_style: str = "recipe"
-    prune_commands: bool = True
     # combinations
-    providers: list[str] | None = field(default=None, metadata={"help": "Begin providers; None = all 13"})
     include_no_memory: bool = True
     in_policies: list[str] = field(default_factory=lambda: list(IN_POLICIES))
-    # task agent
-    agent: str = field(default="lm", metadata={"help": "lm (agent_model scores commands; openai:MODEL@URL picks by "
-                                                       "number) | walkthrough (oracle) | random"})
-    agent_model: str = "HuggingFaceTB/SmolLM2-135M-Instruct"
-    agent_dtype: str = field(default="float32", metadata={"help": "float32 | bfloat16 | auto"})
-    device: str | None = None
-    history_steps: int = 3
-    repeat_penalty: float = 1.0
-    length_norm: str = "mean"
     num_workers: int = field(default=1, metadata={"help": "processes running one task's combinations"})
-    torch_threads: int = field(default=1, metadata={"help": "torch threads per worker"})
     # memory
-    encoder: str = "sentence-transformers/all-MiniLM-L6-v2"
-    provider_llm: str = field(default="HuggingFaceTB/SmolLM2-135M-Instruct",
-                              metadata={"help": "LLM backend the providers write memories with"})
-    provider_max_new_tokens: int | None = field(default=None, metadata={"help": "cap on provider LLM generations"})
-    stm_max_words: int = 160
     store_trajectories: str = field(default="representative", metadata={
         "help": "representative (per task: the shortest success, else the no-memory NoOp rollout) | all"})
     # supervision
@@ -121,9 +92,10 @@ class ForcedExplorationConfig:
     end_min_reuse: float = 0.5
     end_min_retrievals: int = 1
     end_min_reward: float = 0.5
-    seed: int = 0
 
     def __post_init__(self):
+        from routers.validation import check_non_negative, check_positive, check_unit_interval
+
         if self.stage not in ("all", "explore", "label"):
             raise ValueError(f"stage must be all, explore or label, got {self.stage!r}")
         if self.store_trajectories not in ("representative", "all"):
@@ -134,33 +106,18 @@ class ForcedExplorationConfig:
         bad = [s for s in self.splits if s not in ("train", "heldout")]
         if bad:
             raise ValueError(f"unknown split(s) {bad}; expected train / heldout")
-        if self.agent not in ("lm", "walkthrough", "random"):
-            raise ValueError(f"agent must be lm, walkthrough or random, got {self.agent!r}")
-        from routers.validation import check_non_negative, check_positive, check_unit_interval
-
         if not self.splits:
             raise ValueError("splits is empty: give train and/or heldout")
         for split, n in (("train", "n_train"), ("heldout", "n_heldout")):
             if split in self.splits and getattr(self, n) < 1:
                 raise ValueError(f"{n} must be >= 1 when splits includes {split!r}, got {getattr(self, n)}")
-        check_non_negative(self, "n_train", "n_heldout", "history_steps", "judge_steps_per_rollout",
-                           "end_min_retrievals", "repeat_penalty")
-        check_positive(self, "max_steps", "num_workers", "torch_threads", "stm_max_words", "judge_batch_size",
-                       "provider_max_new_tokens")
+        super().__post_init__()  # environment, agent and provider options
+        check_non_negative(self, "judge_steps_per_rollout", "end_min_retrievals")
+        check_positive(self, "num_workers", "judge_batch_size")
         check_unit_interval(self, "begin_outcome_weight", "begin_min_reward", "in_outcome_weight", "in_min_reward",
                             "end_min_reuse", "end_min_reward")
-        if self.length_norm not in ("mean", "sum"):
-            raise ValueError(f"length_norm must be 'mean' or 'sum', got {self.length_norm!r}")
-        if self.goal_style not in ("recipe", "objective"):
-            raise ValueError(f"goal_style must be 'recipe' or 'objective', got {self.goal_style!r}")
-        if not self.game_presets:
-            raise ValueError("game_presets is empty: give at least one tw-cooking preset (e.g. 'recipe=1,take=1,go=1')")
-        if self.providers is not None:
-            dup = sorted({p for p in self.providers if self.providers.count(p) > 1})
-            if dup:
-                raise ValueError(f"providers: {dup} given more than once")
-            if not self.providers and not self.include_no_memory:
-                raise ValueError("providers is empty and include_no_memory is false: there is no Begin option to explore")
+        if self.providers is not None and not self.providers and not self.include_no_memory:
+            raise ValueError("providers is empty and include_no_memory is false: there is no Begin option to explore")
 
 
 # -- combinations ---------------------------------------------------------------------------------------------
@@ -170,129 +127,19 @@ def combos(provider_names: Sequence[str], include_no_memory: bool, in_policies: 
     return [(o, p) for o in options for p in in_policies]
 
 
-def rollout_id(task_id: str, option: str | None, policy: str) -> str:
-    return f"{task_id}|{option or 'none'}|{policy}"
-
-
-def validate_exploration(rec: dict) -> None:
-    if not isinstance(rec["task_id"], str) or not rec["task_id"]:
-        raise ValueError("task_id must be a non-empty string")
-    if rec["begin_provider"] is not None and not isinstance(rec["begin_provider"], str):
-        raise ValueError(f"begin_provider must be a provider name or null, got {rec['begin_provider']!r}")
-    if rec["in_policy"] not in IN_POLICIES:
-        raise ValueError(f"in_policy must be one of {IN_POLICIES}, got {rec['in_policy']!r}")
-    if not isinstance(rec["success"], bool):
-        raise ValueError(f"success must be true or false, got {rec['success']!r}")
-    if not isinstance(rec["steps"], int) or isinstance(rec["steps"], bool) or rec["steps"] < 0:
-        raise ValueError(f"steps must be a non-negative integer, got {rec['steps']!r}")
-    traj = rec["trajectory"]
-    if not isinstance(traj, dict) or not isinstance(traj.get("steps"), list) or "task" not in traj:
-        raise ValueError("trajectory must be an object with 'task' and a 'steps' list")
-    if len(traj["steps"]) != rec["steps"]:
-        raise ValueError(f"steps={rec['steps']} but the trajectory has {len(traj['steps'])} steps")
-
-
 def load_exploration(path: str | os.PathLike) -> list[dict]:
     """Exploration records; a malformed one raises RecordError naming file and line."""
     return list(read_jsonl(path, required=EXPLORATION_FIELDS, validate=validate_exploration))
 
 
-# -- building pieces from the config ------------------------------------------------------------------------
-def build_env(cfg: ForcedExplorationConfig):
-    from routers.memagent.textworld_env import TextWorldSuite
+def frozen_providers(cfg: ForcedExplorationConfig, exploration_dir: str | os.PathLike) -> dict:
+    """The providers of ``cfg`` holding the training stores an exploration ended with (``stores/``), for
+    evaluation: nothing is stored into them afterwards."""
+    from routers.memagent.providers import load_providers
 
-    return TextWorldSuite(cache_dir=cfg.games_dir, n_train=cfg.n_train, n_heldout=cfg.n_heldout, seed=cfg.env_seed,
-                          max_steps=cfg.max_steps, presets=cfg.game_presets, goal_style=cfg.goal_style,
-                          prune_commands=cfg.prune_commands)
-
-
-def build_agent(cfg: ForcedExplorationConfig):
-    from routers.memagent.agent import HTTPCommandAgent, LMCommandAgent, RandomCommandAgent, WalkthroughAgent
-
-    if cfg.agent == "walkthrough":
-        return WalkthroughAgent()
-    if cfg.agent == "random":
-        return RandomCommandAgent(cfg.seed)
-    if cfg.agent_model.startswith("openai:"):
-        from routers.models import make_backend
-
-        return HTTPCommandAgent(make_backend(cfg.agent_model), history_steps=cfg.history_steps)
-    return LMCommandAgent.from_pretrained(cfg.agent_model, dtype=cfg.agent_dtype, device=cfg.device,
-                                          history_steps=cfg.history_steps, repeat_penalty=cfg.repeat_penalty,
-                                          length_norm=cfg.length_norm)
-
-
-def token_counter(agent) -> Callable[[str], int]:
-    """The agent's tokenizer when it has one (what the injected memory costs it), else whitespace words."""
-    tok = getattr(agent, "tokenizer", None)
-    if tok is not None:
-        return lambda text: len(tok(text, add_special_tokens=False)["input_ids"]) if text else 0
-    return lambda text: len(text.split()) if text else 0
-
-
-def build_providers_from(cfg: ForcedExplorationConfig) -> dict:
-    from routers.memagent.providers import PROVIDER_NAMES, build_providers
-    from routers.models import make_backend
-
-    names = list(cfg.providers) if cfg.providers is not None else list(PROVIDER_NAMES)
-    kw = {} if cfg.provider_max_new_tokens is None else {"max_new_tokens": cfg.provider_max_new_tokens}
-    return build_providers(names, encoder=cfg.encoder, llm=make_backend(cfg.provider_llm), **kw)
-
-
-# -- one rollout (in-process or in a worker) -------------------------------------------------------------------
-@dataclass
-class RolloutJob:
-    task: Task
-    option: str | None
-    policy: str
-    memory: str
-    item_ids: list[str]
-    retrieve_error: str | None = None
-
-
-def run_rollout(job: RolloutJob, env, agent, short_term_factory, count_tokens, max_steps: int) -> dict:
-    """One exploration record. Never raises for agent/LLM/env errors: they land in ``error``."""
-    from routers.memagent.agent import run_episode
-
-    t0 = time.perf_counter()
-    if job.retrieve_error is not None:  # the Begin memory could not be retrieved: the rollout fails with it
-        traj = Trajectory(task=job.task, steps=[], success=False, begin_provider=job.option,
-                          error=job.retrieve_error, meta={"in_policy": job.policy})
-    else:
-        stm = short_term_factory() if short_term_factory is not None else None
-        traj = run_episode(env, agent, job.task, begin_provider=job.option, begin_memory=job.memory,
-                           in_policy=job.policy, short_term=stm, max_steps=max_steps)
-    elapsed = time.perf_counter() - t0
-    begin_tokens = count_tokens(job.memory) if job.memory else 0
-    in_tokens = sum(count_tokens(s.injected) for s in traj.steps if s.injected)
-    n = len(traj.steps)
-    return {"schema_version": SCHEMA_VERSION, "id": rollout_id(job.task.task_id, job.option, job.policy),
-            "task_id": job.task.task_id, "split": job.task.split, "begin_provider": job.option,
-            "in_policy": job.policy, "success": bool(traj.success), "steps": n, "reward": traj.reward,
-            "max_score": job.task.meta.get("max_score"), "error": traj.error,
-            "injected_tokens": begin_tokens + in_tokens, "begin_tokens": begin_tokens, "in_tokens": in_tokens,
-            "in_queries": sum(1 for s in traj.steps if s.injected), "retrieved_item_ids": list(job.item_ids),
-            "elapsed_s": round(elapsed, 4), "s_per_step": round(elapsed / n, 4) if n else None,
-            "agent": getattr(agent, "name", type(agent).__name__), "trajectory": traj.to_dict()}
-
-
-_WORKER: dict = {}
-
-
-def _init_worker(cfg: ForcedExplorationConfig) -> None:
-    import torch
-
-    from routers.memagent.providers import ShortTermMemory
-
-    torch.set_num_threads(max(1, cfg.torch_threads))
-    agent = build_agent(cfg)
-    _WORKER.update(env=build_env(cfg), agent=agent, count=token_counter(agent), max_steps=cfg.max_steps,
-                   stm=lambda: ShortTermMemory(max_words=cfg.stm_max_words))
-
-
-def _worker_rollout(job: RolloutJob) -> dict:
-    w = _WORKER
-    return run_rollout(job, w["env"], w["agent"], w["stm"], w["count"], w["max_steps"])
+    providers = build_providers_from(cfg)  # this module's name: tests replace it with fake encoders/LLMs
+    load_providers(providers, Path(exploration_dir) / "stores")
+    return providers
 
 
 # -- the explorer ------------------------------------------------------------------------------------------------
@@ -326,11 +173,7 @@ class ForcedExplorer:
         self.env = env if env is not None else build_env(cfg)
         self._agent = agent
         self.providers = dict(providers) if providers is not None else build_providers_from(cfg)
-        if short_term_factory is None:
-            from routers.memagent.providers import ShortTermMemory
-
-            short_term_factory = lambda: ShortTermMemory(max_words=cfg.stm_max_words)  # noqa: E731
-        self.short_term_factory = short_term_factory
+        self.short_term_factory = short_term_factory if short_term_factory is not None else _stm_factory(cfg)
         self._probe = probe
         self.progress = progress
         self.counts: Counter = Counter()
@@ -343,12 +186,7 @@ class ForcedExplorer:
 
     def probe(self, goal: str) -> list:
         if self._probe is None:
-            from routers.memagent.providers import BaseProvider, ProviderProbe
-
-            if self.providers and all(isinstance(p, BaseProvider) for p in self.providers.values()):
-                self._probe = ProviderProbe(self.providers).probe  # one vectorized pass
-            else:  # any protocol provider
-                self._probe = lambda g: [p.probe(g) for p in self.providers.values()]
+            self._probe = probe_function(self.providers)
         return self._probe(goal)
 
     # -- manifest / checkpoint ----------------------------------------------------------------------------
@@ -387,13 +225,9 @@ class ForcedExplorer:
 
     def checkpoint(self, progress: dict) -> None:
         """Provider states + progress in one directory, replaced in one rename (never half-written)."""
-        from routers.base import atomic_directory
+        from routers.memagent.providers import save_providers
 
-        with atomic_directory(self.out / "stores", "providers") as tmp:
-            for name, p in self.providers.items():
-                p.save(Path(tmp) / name)
-            atomic_write_json(Path(tmp) / "providers.json", {"providers": list(self.providers)})
-            atomic_write_json(Path(tmp) / PROGRESS_FILE, progress)
+        save_providers(self.providers, self.out / "stores", extra={PROGRESS_FILE: progress})
 
     def sync_store_log(self, progress: dict) -> None:
         with ResumableJsonlWriter(self.out / "stores.jsonl") as w:
@@ -430,16 +264,17 @@ class ForcedExplorer:
 
     def _run_jobs(self, jobs: list[RolloutJob], pool, writer, bar) -> None:
         if pool is None:
-            count = token_counter(self.agent)
+            ctx = RolloutContext(env=self.env, tasks=[], agent=self.agent, providers={},
+                                 short_term_factory=self.short_term_factory, count_tokens=token_counter(self.agent),
+                                 max_steps=self.cfg.max_steps)
             for job in jobs:
-                rec = run_rollout(job, self.env, self.agent, self.short_term_factory, count, self.cfg.max_steps)
-                self._record(rec, writer, bar)
+                self._record(exploration_record(job, ctx), writer, bar)
             return
         from concurrent.futures import as_completed
 
         # written as they finish (a kill loses only running rollouts); the set of records does not depend on
         # the worker count, only their order in the file does
-        for fut in as_completed([pool.submit(_worker_rollout, job) for job in jobs]):
+        for fut in as_completed([pool.submit(worker_rollout, job) for job in jobs]):
             self._record(fut.result(), writer, bar)
 
     def _record(self, rec: dict, writer, bar) -> None:
@@ -483,7 +318,7 @@ class ForcedExplorer:
             from concurrent.futures import ProcessPoolExecutor
 
             pool = ProcessPoolExecutor(self.cfg.num_workers, mp_context=mp.get_context("spawn"),
-                                       initializer=_init_worker, initargs=(self.cfg,))
+                                       initializer=init_worker, initargs=(self.cfg,))
         t0 = time.perf_counter()
         try:
             for split in self.cfg.splits:
@@ -495,7 +330,7 @@ class ForcedExplorer:
         return dict(self.counts)
 
     def _explore_split(self, split: str, progress: dict, pool, tqdm) -> None:
-        tasks = self.env.tasks(split, progress=self.progress) if _takes_progress(self.env) else self.env.tasks(split)
+        tasks = env_tasks(self.env, split, progress=self.progress)
         store = split == "train"
         split_dir = self.out / split
         n_combos = len(combos(list(self.providers), self.cfg.include_no_memory, self.cfg.in_policies))
@@ -532,15 +367,6 @@ def _accepts(provider, trajectory: Trajectory) -> bool:
     if hasattr(provider, "accepts"):
         return bool(provider.accepts(trajectory))
     return not trajectory.error and (provider.gate == "all" or bool(trajectory.success))
-
-
-def _takes_progress(env) -> bool:
-    import inspect
-
-    try:
-        return "progress" in inspect.signature(env.tasks).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 def _combo_index(rec: dict, names: list[str], cfg: ForcedExplorationConfig) -> int:
@@ -582,37 +408,9 @@ def label(cfg: ForcedExplorationConfig, providers: Mapping | None = None, judge=
                        cfg.end_min_retrievals, cfg.end_min_reward, counts)
     for name, recs in (("begin", begin), ("in", inn), ("end", end)):
         atomic_write_text(out / f"{name}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs))
-    stats = summarize(rollouts, begin, inn, end, counts, list(providers), cfg)
+    stats = S.summarize(rollouts, begin, inn, end, counts, list(providers), cfg)
     atomic_write_json(out / "stats.json", stats)
     return stats
-
-
-def summarize(rollouts, begin, inn, end, counts: Counter, names: Sequence[str], cfg) -> dict:
-    """Success rates per option and policy, coverage (Table 13 style), timings, label counts."""
-    options = ([None] if cfg.include_no_memory else []) + list(names)
-    by_opt: dict[str, dict] = {}
-    for o in options:
-        for pol in cfg.in_policies:
-            rs = [r for r in rollouts if r["begin_provider"] == o and r["in_policy"] == pol]
-            if rs:
-                by_opt[f"{o or 'None'}|{pol}"] = {"rollouts": len(rs), "success_rate": sum(r["success"] for r in rs) / len(rs),
-                                                  "avg_steps": sum(r["steps"] for r in rs) / len(rs),
-                                                  "injected_tokens": sum(r["injected_tokens"] for r in rs) / len(rs)}
-    tasks = sorted({r["task_id"] for r in rollouts})
-    solved_by = {t: len({r["begin_provider"] for r in rollouts if r["task_id"] == t and r["success"]}) for t in tasks}
-    steps = sum(r["steps"] for r in rollouts)
-    secs = sum(r.get("elapsed_s") or 0 for r in rollouts)
-    return {"format": FORMAT, "schema_version": SCHEMA_VERSION, "tasks": len(tasks), "rollouts": len(rollouts),
-            "errors": sum(bool(r["error"]) for r in rollouts),
-            "success_rate": sum(r["success"] for r in rollouts) / len(rollouts) if rollouts else None,
-            "by_option": by_opt, "coverage": {"options": len(options), "histogram": dict(Counter(solved_by.values()))},
-            "timing": {"s_per_step": secs / steps if steps else None,
-                       "s_per_rollout": secs / len(rollouts) if rollouts else None, "steps": steps},
-            "labels": {"begin": len(begin), "in": len(inn), "end": len(end),
-                       "begin_decisions": dict(Counter(str(r["decision"]) for r in begin)),
-                       "in_decisions": dict(Counter(r["decision"] for r in inn)),
-                       "end_sizes": dict(Counter(len(r["decision"]) for r in end))},
-            "counts": dict(counts)}
 
 
 def make_parser():

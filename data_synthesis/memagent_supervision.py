@@ -35,6 +35,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from routers.memagent import prompts as P
 from routers.memagent.protocol import Preview, Trajectory
+from routers.memagent.rollout import FORMAT, SCHEMA_VERSION
 from routers.models import form_reply
 
 S_MAX = 5
@@ -413,3 +414,32 @@ def end_labels(stores: Sequence[dict], rollouts: Sequence[dict], providers: Mapp
                     "decision": chosen, "rollout_id": rollout_id,
                     "reuse": {p: {"retrievals": len(observed[p]), "success_rate": rate[p]} for p in rate}})
     return out
+
+
+# -- statistics -------------------------------------------------------------------------------------------
+def summarize(rollouts, begin, inn, end, counts: Counter, names: Sequence[str], cfg) -> dict:
+    """Success rates per option and policy, coverage (Table 13 style), timings, label counts."""
+    options = ([None] if cfg.include_no_memory else []) + list(names)
+    by_opt: dict[str, dict] = {}
+    for o in options:
+        for pol in cfg.in_policies:
+            rs = [r for r in rollouts if r["begin_provider"] == o and r["in_policy"] == pol]
+            if rs:
+                by_opt[f"{o or 'None'}|{pol}"] = {"rollouts": len(rs), "success_rate": sum(r["success"] for r in rs) / len(rs),
+                                                  "avg_steps": sum(r["steps"] for r in rs) / len(rs),
+                                                  "injected_tokens": sum(r["injected_tokens"] for r in rs) / len(rs)}
+    tasks = sorted({r["task_id"] for r in rollouts})
+    solved_by = {t: len({r["begin_provider"] for r in rollouts if r["task_id"] == t and r["success"]}) for t in tasks}
+    steps = sum(r["steps"] for r in rollouts)
+    secs = sum(r.get("elapsed_s") or 0 for r in rollouts)
+    return {"format": FORMAT, "schema_version": SCHEMA_VERSION, "tasks": len(tasks), "rollouts": len(rollouts),
+            "errors": sum(bool(r["error"]) for r in rollouts),
+            "success_rate": sum(r["success"] for r in rollouts) / len(rollouts) if rollouts else None,
+            "by_option": by_opt, "coverage": {"options": len(options), "histogram": dict(Counter(solved_by.values()))},
+            "timing": {"s_per_step": secs / steps if steps else None,
+                       "s_per_rollout": secs / len(rollouts) if rollouts else None, "steps": steps},
+            "labels": {"begin": len(begin), "in": len(inn), "end": len(end),
+                       "begin_decisions": dict(Counter(str(r["decision"]) for r in begin)),
+                       "in_decisions": dict(Counter(r["decision"] for r in inn)),
+                       "end_sizes": dict(Counter(len(r["decision"]) for r in end))},
+            "counts": dict(counts)}

@@ -26,21 +26,20 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
 from tqdm.auto import tqdm
 
-import data_synthesis.memagent as exploration  # module attributes: tests replace build_providers_from
+import data_synthesis.memagent as exploration  # its config + frozen stores; tests replace its build_providers_from
 from routers.io import OutputLock, ResumableJsonlWriter, atomic_write_json, read_jsonl
 from eval.memagent_metrics import (EXPLORATION_FIELDS, baseline_rows, begin_accuracy, complete_tasks,
                                    coverage_distribution, evaluate, load_all_outcomes, load_outcomes, offline_begin,
                                    option_label, oracle_any, oracle_option, overhead, routed_metrics, row_metrics)
 from routers.base import library_versions
-from routers.memagent.agent import run_episode
-from routers.memagent.providers import ProviderProbe, ShortTermMemory, load_providers
+from routers.memagent.providers import ProviderProbe
+from routers.memagent.rollout import RolloutContext, build_context, rollout
 from routers.memagent.router import MemAgentRouter
 from routers.config import ConfigError, load_yaml, make_arg_parser, parse_config, save_resolved_config
 
@@ -111,49 +110,21 @@ def _validate_task_record(rec: dict) -> None:
 
 
 # -- routed rollouts ---------------------------------------------------------------------------------
-def routed_rollout(ctx: "RolloutContext", task, router) -> dict:
+def routed_rollout(ctx: RolloutContext, task, router) -> dict:
     """One held-out task with the router deciding Begin and In; timings split into probe / router / task.
 
     ``ctx.probe(goal) -> previews`` (default: each provider's own ``probe``); ``ctx.count_tokens`` defaults
     to whitespace words; ``ctx.memories`` (recorded Begin memories) are used instead of a live retrieve.
     """
-    count_tokens = ctx.count_tokens or (lambda s: len(s.split()))
-    providers = ctx.providers
-    t_task = time.perf_counter()
-    t = time.perf_counter()
-    previews = ctx.probe(task.goal) if ctx.probe else [prov.probe(task.goal) for prov in providers.values()]
-    probe_s = time.perf_counter() - t
-    router_s = 0.0
-    t = time.perf_counter()
-    choice = router.begin(task.goal, previews, providers)
-    router_s += time.perf_counter() - t
-    memory = ""
-    if choice is not None:
-        recorded = (ctx.memories or {}).get(task.task_id, {})
-        memory = recorded[choice] if choice in recorded else providers[choice].retrieve(task.goal).text
-
-    def in_policy(task_, index, summary):
-        nonlocal router_s
-        t0 = time.perf_counter()
-        decision = router.inject(task_.goal, index, summary)
-        router_s += time.perf_counter() - t0
-        return decision
-
-    short_term = ctx.short_term_factory() if ctx.short_term_factory else None
-    traj = run_episode(ctx.env, ctx.agent, task, begin_provider=choice, begin_memory=memory, in_policy=in_policy,
-                       short_term=short_term, max_steps=ctx.max_steps)
-    task_s = time.perf_counter() - t_task
-    in_tokens = sum(count_tokens(s.injected) for s in traj.steps if s.injected)
-    begin_tokens = count_tokens(memory) if memory else 0
-    return {"task_id": task.task_id, "begin_provider": choice, "success": bool(traj.success),
-            "steps": len(traj.steps), "begin_tokens": begin_tokens, "in_tokens": in_tokens,
-            "injected_tokens": begin_tokens + in_tokens, "in_queries": sum(1 for s in traj.steps if s.injected),
-            "in_decisions": sum(1 for s in traj.steps if (s.meta or {}).get("stm")),
-            "probe_s": probe_s, "router_s": router_s, "task_s": task_s, "error": traj.error,
-            "trajectory": traj.to_dict()}
+    r = rollout(ctx, task, router=router)
+    return {"task_id": task.task_id, "begin_provider": r.begin_provider, "success": bool(r.trajectory.success),
+            "steps": r.steps, "begin_tokens": r.begin_tokens, "in_tokens": r.in_tokens,
+            "injected_tokens": r.injected_tokens, "in_queries": r.in_queries, "in_decisions": r.in_decisions,
+            "probe_s": r.probe_s, "router_s": r.router_s, "task_s": r.elapsed_s, "error": r.trajectory.error,
+            "trajectory": r.trajectory.to_dict()}
 
 
-def run_routed(tasks, ctx: "RolloutContext", router, out_path: str | Path) -> list[dict]:
+def run_routed(tasks, ctx: RolloutContext, router, out_path: str | Path) -> list[dict]:
     """Routed rollouts for ``tasks``, appended to ``out_path`` (rerunning skips tasks already there)."""
     with ResumableJsonlWriter(out_path, key="task_id") as writer:
         for task in tqdm(tasks, desc="routed rollouts", unit="task"):
@@ -196,38 +167,21 @@ def exploration_config(exploration_dir: str | Path):
                           f"{err}") from None
 
 
-@dataclass
-class RolloutContext:
-    env: Any
-    tasks: list
-    agent: Any
-    providers: dict
-    short_term_factory: Callable | None = None
-    count_tokens: Callable[[str], int] | None = None
-    probe: Callable | None = None
-    memories: dict | None = None        # {task_id: {provider: Begin memory text}} from heldout/tasks.jsonl
-    max_steps: int = 30
-
-
 def build_rollout_context(cfg: MemAgentEvalConfig, pool: Sequence[str]) -> RolloutContext:
     """Environment, agent, short-term memory and frozen stores exactly as forced exploration built them."""
     xcfg = exploration_config(cfg.exploration_dir)
     xcfg.providers = list(pool)
     if cfg.device is not None:
         xcfg.device = cfg.device
-    env = exploration.build_env(xcfg)
-    agent = exploration.build_agent(xcfg)
-    providers = exploration.build_providers_from(xcfg)
-    load_providers(providers, Path(cfg.exploration_dir) / "stores")  # frozen: nothing is stored while evaluating
-    memories = None
+    # frozen: nothing is stored while evaluating
+    ctx = build_context(xcfg, exploration.frozen_providers(xcfg, cfg.exploration_dir))
     tasks_file = Path(cfg.exploration_dir) / "heldout" / "tasks.jsonl"
     if cfg.reuse_retrieved and tasks_file.exists():
-        memories = {r["task_id"]: {n: v.get("text", "") for n, v in r["retrieved"].items()}
-                    for r in read_jsonl(tasks_file, required=("task_id", "retrieved"), validate=_validate_retrieved)}
-    return RolloutContext(env=env, tasks=env.tasks("heldout"), agent=agent, providers=providers,
-                          short_term_factory=lambda: ShortTermMemory(max_words=xcfg.stm_max_words),
-                          count_tokens=exploration.token_counter(agent), probe=ProviderProbe(providers).probe,
-                          memories=memories, max_steps=xcfg.max_steps)
+        ctx.memories = {r["task_id"]: {n: v.get("text", "") for n, v in r["retrieved"].items()}
+                        for r in read_jsonl(tasks_file, required=("task_id", "retrieved"), validate=_validate_retrieved)}
+    ctx.tasks = ctx.env.tasks("heldout")
+    ctx.probe = ProviderProbe(ctx.providers).probe
+    return ctx
 
 
 def main(argv=None) -> dict:

@@ -11,25 +11,13 @@ from typing import Any, Mapping, Sequence
 
 from routers.io import read_jsonl
 from routers.memagent.prompts import NONE
+from routers.memagent.rollout import EXPLORATION_FIELDS, OUTCOME_FIELDS, validate_exploration  # noqa: F401
 
-EXPLORATION_FIELDS = ("task_id", "begin_provider", "in_policy", "success", "steps")
+# EXPLORATION_FIELDS / validate_exploration: the one record schema, shared with forced exploration; the outcome
+# tables need only OUTCOME_FIELDS (records without id / trajectory load too)
 
 
 # -- exploration records -----------------------------------------------------------------------------
-def _validate_exploration(rec: dict) -> None:
-    if not isinstance(rec["task_id"], str) or not rec["task_id"]:
-        raise ValueError("task_id must be a non-empty string")
-    if rec["begin_provider"] is not None and not isinstance(rec["begin_provider"], str):
-        raise ValueError(f"begin_provider must be a provider name or null, got {rec['begin_provider']!r}")
-    if not isinstance(rec["success"], bool):
-        raise ValueError(f"success must be true or false, got {rec['success']!r}")
-    if not isinstance(rec["steps"], int) or rec["steps"] < 0:
-        raise ValueError(f"steps must be a non-negative integer, got {rec['steps']!r}")
-    tokens = rec.get("injected_tokens", 0)
-    if not isinstance(tokens, int) or tokens < 0:
-        raise ValueError(f"injected_tokens must be a non-negative integer, got {tokens!r}")
-
-
 def load_outcomes(path: str, in_policy: str) -> tuple[dict[str, dict[str | None, dict]], list[str]]:
     """{task_id: {option: record}} for one In policy, and the provider names seen (first-seen order).
 
@@ -39,7 +27,7 @@ def load_outcomes(path: str, in_policy: str) -> tuple[dict[str, dict[str | None,
     providers: list[str] = []
 
     def validate(rec):
-        _validate_exploration(rec)
+        validate_exploration(rec)
         if rec["in_policy"] == in_policy and rec["begin_provider"] in table.get(rec["task_id"], {}):
             raise ValueError(f"duplicate record for task {rec['task_id']!r}, option {rec['begin_provider']!r}, "
                              f"in_policy {in_policy!r}")
@@ -47,7 +35,7 @@ def load_outcomes(path: str, in_policy: str) -> tuple[dict[str, dict[str | None,
         if rec["in_policy"] == in_policy:
             table[rec["task_id"]][rec["begin_provider"]] = rec
 
-    for rec in read_jsonl(path, required=EXPLORATION_FIELDS, validate=validate):
+    for rec in read_jsonl(path, required=OUTCOME_FIELDS, validate=validate):
         p = rec["begin_provider"]
         if p is not None and p not in providers:
             providers.append(p)

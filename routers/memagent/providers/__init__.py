@@ -11,8 +11,10 @@ Begin probe over all of them, and End storage into a chosen subset.
 
 from __future__ import annotations
 
-from routers.memagent.providers.base import (BaseProvider, ProviderError, ProviderState, TextEncoder, as_encoder,
-                                             count_words, default_encoder, limit_sentences, limit_words)
+from routers.memagent.providers.base import BaseProvider
+from routers.memagent.providers.encoder import TextEncoder, as_encoder, default_encoder
+from routers.memagent.providers.state import ProviderError, ProviderState
+from routers.memagent.providers.text_limits import count_words, limit_sentences, limit_words
 from routers.memagent.providers.insight import AgentKB, EvolveR, ExpeL, InsightGraph, LightWeight, MobileE
 from routers.memagent.providers.probe import (ProviderProbe, StoreReport, load_providers, probe_loop,
                                               save_providers, store_all)

@@ -12,202 +12,31 @@ between); ``ProviderProbe`` reproduces it for all providers at once.
 
 Subclasses set the paper's parameters as class attributes and implement ``_write`` (trajectory ->
 the full next item list, through the LLM) and optionally ``_select`` / ``_render`` for retrieval.
+
+The pieces around it have their own modules (their names stay importable from here): ``text_limits`` (word
+limits, LLM answer parsing), ``encoder`` (``TextEncoder``), ``state`` (``ProviderState``, ``ProviderError``)
+and ``persistence`` (the saved directory).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import json
 import re
 from collections import Counter
-from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from routers.memagent.protocol import Gate, MemoryItem, Preview, Retrieved, Trajectory
+from routers.memagent.providers.encoder import TextEncoder, as_encoder, default_encoder  # noqa: F401 (re-exported)
 from routers.memagent.providers.keyword import KeywordIndex, counts_matrix, term_counts
+from routers.memagent.providers.persistence import (PROVIDER_FORMAT, PROVIDER_SCHEMA_VERSION,  # noqa: F401
+                                                    read_state, save_state)
+from routers.memagent.providers.state import ProviderError, ProviderState, frozen
+from routers.memagent.providers.text_limits import (action_sequence, count_words, limit_sentences,  # noqa: F401
+                                                    limit_words, parse_bullets, parse_sections, render_trajectory)
 
-PROVIDER_FORMAT = "memroute.memagent.provider"
-PROVIDER_SCHEMA_VERSION = 1
-_ITEMS_FILE, _EMB_FILE, _META_FILE = "items.jsonl", "embeddings.npy", "provider.json"
 RETRIEVALS = ("dense", "keyword", "hybrid")
-_WORD = re.compile(r"\S+")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
-
-
-class ProviderError(RuntimeError):
-    """A provider cannot do what was asked (no LLM to write with, incompatible saved state, ...)."""
-
-
-# -- text limits ------------------------------------------------------------------------------------
-def count_words(text: str) -> int:
-    return len(_WORD.findall(text))
-
-
-def limit_words(text: str, max_words: int | None) -> tuple[str, int]:
-    """Cut ``text`` after ``max_words`` words, keeping its line structure; returns (text, words dropped)."""
-    text = text.strip()
-    if max_words is None:
-        return text, 0
-    words = list(_WORD.finditer(text))
-    if len(words) <= max_words:
-        return text, 0
-    if max_words <= 0:
-        return "", len(words)
-    return text[: words[max_words - 1].end()].rstrip(), len(words) - max_words
-
-
-def limit_sentences(text: str, max_sentences: int) -> tuple[str, int]:
-    """Keep the first ``max_sentences`` sentences; returns (text, sentences dropped)."""
-    parts = [p for p in _SENTENCE_END.split(" ".join(text.split())) if p]
-    if len(parts) <= max_sentences:
-        return " ".join(parts), 0
-    return " ".join(parts[:max_sentences]), len(parts) - max_sentences
-
-
-_BULLET = re.compile(r"^\s*(?:[-*\u2022]+|\d+[.)]|\(\d+\))\s*")
-
-
-def parse_bullets(text: str, max_items: int | None = None) -> list[str]:
-    """Lines of an LLM answer as list entries (bullets/numbers stripped, empty lines and headers dropped)."""
-    out = []
-    for line in text.splitlines():
-        line = _BULLET.sub("", line).strip().strip("*").strip()
-        if not line or (line.endswith(":") and len(line.split()) <= 4):
-            continue
-        out.append(line)
-    return out[:max_items] if max_items is not None else out
-
-
-def parse_sections(text: str, names: Sequence[str]) -> dict[str, str]:
-    """Split an answer into ``NAME: body`` sections (case-insensitive; a name may also be a markdown header).
-    Missing sections map to ''."""
-    pattern = re.compile(r"^\s*(?:#+\s*|\*\*)?(" + "|".join(re.escape(n) for n in names) + r")\s*(?:\*\*)?\s*:?\s*(?:\*\*)?",
-                         re.IGNORECASE | re.MULTILINE)
-    out = {n: "" for n in names}
-    marks = list(pattern.finditer(text))
-    lookup = {n.lower(): n for n in names}
-    for i, m in enumerate(marks):
-        end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
-        name = lookup[m.group(1).lower()]
-        body = text[m.end():end].strip()
-        out[name] = (out[name] + "\n" + body).strip() if out[name] else body
-    return out
-
-
-def render_trajectory(traj: Trajectory, max_words: int = 900, obs_words: int = 60) -> str:
-    """The trajectory an LLM reads when writing memories: goal, outcome, steps with observations clipped
-    to ``obs_words``; when too long, the first and the last steps are kept (the ending carries the outcome)."""
-    head = [f"Task: {traj.task.goal}", f"Outcome: {'success' if traj.success else 'failure'}"]
-    steps = [f"Step {s.index}: > {s.action}\n{limit_words(s.observation, obs_words)[0]}" for s in traj.steps]
-    budget = max_words - count_words("\n".join(head))
-    cost = [count_words(s) for s in steps]
-    if sum(cost) <= budget:
-        return "\n".join(head + steps)
-    keep_head, keep_tail, used = [], [], 0
-    i, j = 0, len(steps) - 1
-    while i <= j:  # alternate: first steps, last steps
-        take_tail = len(keep_tail) < len(keep_head)
-        idx = j if take_tail else i
-        if used + cost[idx] > budget:
-            break
-        used += cost[idx]
-        if take_tail:
-            keep_tail.insert(0, steps[idx])
-            j -= 1
-        else:
-            keep_head.append(steps[idx])
-            i += 1
-    skipped = len(steps) - len(keep_head) - len(keep_tail)
-    return "\n".join(head + keep_head + [f"... ({skipped} steps omitted) ..."] + keep_tail)
-
-
-def action_sequence(traj: Trajectory, max_words: int | None = None) -> str:
-    """The actions taken, '; '-joined (the concrete part of procedural memories; no LLM)."""
-    return limit_words("; ".join(s.action.strip() for s in traj.steps if s.action.strip()), max_words)[0]
-
-
-# -- encoders ---------------------------------------------------------------------------------------
-class TextEncoder:
-    """``encode(list[str]) -> (n, d) float32`` with L2-normalized rows, around any object whose ``encode``
-    takes a list of texts (a ``SentenceTransformer``, a trained retriever, a test fake)."""
-
-    def __init__(self, model, batch_size: int = 64):
-        self.model = model
-        self.batch_size = batch_size
-        params = inspect.signature(model.encode).parameters
-        self._st_kwargs = ("normalize_embeddings" in params
-                           or any(p.kind == p.VAR_KEYWORD for p in params.values()))
-        self._dim: int | None = None
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        texts = list(texts)
-        if not texts:
-            return np.zeros((0, self.dim), np.float32)
-        if self._st_kwargs:
-            out = self.model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
-                                    convert_to_numpy=True, show_progress_bar=False)
-        else:
-            out = self.model.encode(texts)
-        out = np.asarray(out, dtype=np.float32)
-        if out.ndim != 2 or out.shape[0] != len(texts):
-            raise ProviderError(f"encoder returned shape {out.shape} for {len(texts)} texts")
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        out = out / np.maximum(norms, 1e-12)
-        self._dim = out.shape[1]
-        return np.ascontiguousarray(out)
-
-    @property
-    def dim(self) -> int:
-        if self._dim is None:
-            get = getattr(self.model, "get_sentence_embedding_dimension", None)
-            self._dim = int(get()) if callable(get) and get() else int(self.encode(["dimension probe"]).shape[1])
-        return self._dim
-
-
-@lru_cache(maxsize=1)
-def default_encoder() -> TextEncoder:
-    """all-MiniLM-L6-v2 (offline copy), loaded once per process and shared by every provider."""
-    from routers.models import load_encoder
-
-    return TextEncoder(load_encoder())
-
-
-def as_encoder(encoder) -> TextEncoder | None:
-    if encoder is None or isinstance(encoder, TextEncoder):
-        return encoder
-    if isinstance(encoder, str):
-        from routers.models import load_encoder
-
-        return default_encoder() if encoder in ("default", "minilm") else TextEncoder(load_encoder(encoder))
-    if not callable(getattr(encoder, "encode", None)):
-        raise TypeError(f"encoder must have an encode(list[str]) method, got {type(encoder).__name__}")
-    return TextEncoder(encoder)
-
-
-# -- state ------------------------------------------------------------------------------------------
-@dataclass(frozen=True, eq=False)
-class ProviderState:
-    """Everything a provider remembers; replaced as a whole, never modified."""
-
-    items: tuple[MemoryItem, ...] = ()
-    embeddings: np.ndarray | None = None     # (n, d) float32, read-only; None for keyword-only providers
-    keyword: KeywordIndex | None = None      # over the item keys; None for dense-only providers
-    next_id: int = 0
-    stats: Mapping[str, int] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-
-def _frozen(a: np.ndarray) -> np.ndarray:
-    a = np.ascontiguousarray(a, dtype=np.float32)
-    a.flags.writeable = False
-    return a
 
 
 class BaseProvider:
@@ -399,7 +228,7 @@ class BaseProvider:
                 emb = np.zeros((len(items), dim), np.float32)
                 for r, (it, j) in enumerate(zip(items, reuse)):
                     emb[r] = old.embeddings[j] if j >= 0 and old.embeddings is not None else fresh[it.key]
-            emb = _frozen(emb)
+            emb = frozen(emb)
         kw = None
         if self.uses_keyword:
             src = np.asarray(reuse, np.int64)
@@ -507,58 +336,15 @@ class BaseProvider:
     def _render(self, goal: str, items: Sequence[MemoryItem]) -> str:
         return "\n\n".join(it.text for it in items)
 
-    # -- persistence ---------------------------------------------------------------------------------
+    # -- persistence (routers.memagent.providers.persistence) ---------------------------------------
     def save(self, path) -> None:
         """Write ``provider.json`` + ``items.jsonl`` (+ ``embeddings.npy``) into ``path`` atomically."""
-        from routers.base import atomic_directory
-
-        st = self._state
-        with atomic_directory(path, "provider") as tmp:
-            with open(tmp / _ITEMS_FILE, "w", encoding="utf-8") as fh:
-                for it in st.items:
-                    fh.write(json.dumps(dataclasses.asdict(it), ensure_ascii=False, default=str) + "\n")
-            if st.embeddings is not None:
-                np.save(tmp / _EMB_FILE, np.asarray(st.embeddings))
-            meta = {"format": PROVIDER_FORMAT, "schema_version": PROVIDER_SCHEMA_VERSION, "provider": self.name,
-                    "class": type(self).__name__, "params": self.params(), "n_items": len(st.items),
-                    "next_id": st.next_id, "stats": dict(st.stats),
-                    "embedding_dim": None if st.embeddings is None else int(st.embeddings.shape[1])}
-            (tmp / _META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        save_state(path, self._state, self.name, type(self).__name__, self.params())
 
     def load(self, path) -> None:
         """Replace the memory with a saved one (validated first; atomic)."""
-        from routers.io import read_jsonl
-
-        path = Path(path)
-        meta_file = path / _META_FILE
-        try:
-            meta = json.loads(meta_file.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ProviderError(f"{meta_file}: missing (not a saved {self.name} provider)") from None
-        except ValueError as err:
-            raise ProviderError(f"{meta_file}: invalid JSON ({err})") from None
-        if meta.get("format") != PROVIDER_FORMAT or meta.get("schema_version") != PROVIDER_SCHEMA_VERSION:
-            raise ProviderError(f"{meta_file}: not a {PROVIDER_FORMAT} v{PROVIDER_SCHEMA_VERSION} directory")
-        if meta.get("provider") != self.name:
-            raise ProviderError(f"{meta_file}: saved provider is {meta.get('provider')!r}, not {self.name!r}")
-        fields = [f.name for f in dataclasses.fields(MemoryItem)]
-
-        def check(rec):
-            if rec["provider"] != self.name:
-                raise ValueError(f"item of provider {rec['provider']!r} in a {self.name} store")
-
-        items = [MemoryItem(**{k: rec[k] for k in fields})
-                 for rec in read_jsonl(path / _ITEMS_FILE, required=fields, validate=check)]
-        emb = None
-        if self.uses_dense:
-            emb_file = path / _EMB_FILE
-            if not emb_file.exists():
-                raise ProviderError(f"{emb_file}: missing")
-            emb = np.load(emb_file, allow_pickle=False)
-            if emb.ndim != 2 or emb.shape[0] != len(items) or not np.isfinite(emb).all():
-                raise ProviderError(f"{emb_file}: expected ({len(items)}, dim) finite embeddings, got {emb.shape}")
-            if self._encoder is not None and len(items) and self._encoder._dim not in (None, emb.shape[1]):
-                raise ProviderError(f"{emb_file}: dim {emb.shape[1]} != encoder dim {self._encoder._dim}")
+        encoder_dim = self._encoder._dim if self._encoder is not None else None
+        items, emb, meta = read_state(path, self.name, self.uses_dense, encoder_dim)
         self._next_id = int(meta.get("next_id", 0))
         state = self._build_state(items, ProviderState(next_id=self._next_id), Counter(meta.get("stats", {})),
                                   embeddings=emb, normalize=False)

@@ -10,7 +10,8 @@ from typing import Sequence
 import numpy as np
 
 from routers.memagent.protocol import MemoryItem
-from routers.memagent.providers.base import BaseProvider, parse_bullets, parse_sections
+from routers.memagent.providers.base import BaseProvider
+from routers.memagent.providers.text_limits import parse_bullets, parse_sections
 from routers.memory.index import top_k
 
 

@@ -37,7 +37,8 @@ import numpy as np
 from scipy import sparse
 
 from routers.memagent.protocol import MemoryItem, Preview, Trajectory
-from routers.memagent.providers.base import BaseProvider, ProviderState
+from routers.memagent.providers.base import BaseProvider
+from routers.memagent.providers.state import ProviderState
 from routers.memagent.providers.keyword import sparse_scores, term_counts
 
 _SLACK = 1e-4  # >> float32 rounding of a 384-term dot product of unit vectors
@@ -348,8 +349,9 @@ def store_all(providers: Mapping[str, BaseProvider], trajectory: Trajectory, dec
     return report
 
 
-def save_providers(providers: Mapping[str, BaseProvider], path) -> None:
-    """All providers in one directory (one sub-directory each), replaced atomically as a whole."""
+def save_providers(providers: Mapping[str, BaseProvider], path, extra: Mapping[str, object] | None = None) -> None:
+    """All providers in one directory (one sub-directory each), replaced atomically as a whole; ``extra``
+    (file name -> JSON value) is written into the same directory (e.g. an exploration's progress)."""
     from routers.io import atomic_write_json
     from routers.base import atomic_directory
 
@@ -357,6 +359,8 @@ def save_providers(providers: Mapping[str, BaseProvider], path) -> None:
         for name, p in providers.items():
             p.save(Path(tmp) / name)
         atomic_write_json(Path(tmp) / "providers.json", {"providers": list(providers)})
+        for file_name, value in (extra or {}).items():
+            atomic_write_json(Path(tmp) / file_name, value)
 
 
 def load_providers(providers: Mapping[str, BaseProvider], path) -> None:

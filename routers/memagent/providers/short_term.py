@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 from routers.memagent.protocol import TrajectoryStep
-from routers.memagent.providers.base import count_words, parse_bullets
+from routers.memagent.providers.text_limits import count_words, parse_bullets
 
 
 @dataclass(frozen=True)

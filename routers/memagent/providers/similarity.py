@@ -9,7 +9,9 @@ from typing import Sequence
 import numpy as np
 
 from routers.memagent.protocol import MemoryItem, Trajectory
-from routers.memagent.providers.base import BaseProvider, ProviderError, limit_sentences, render_trajectory
+from routers.memagent.providers.base import BaseProvider
+from routers.memagent.providers.state import ProviderError
+from routers.memagent.providers.text_limits import limit_sentences, render_trajectory
 
 
 class Voyager(BaseProvider):

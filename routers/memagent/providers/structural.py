@@ -8,7 +8,8 @@ import ast
 import re
 
 from routers.memagent.protocol import MemoryItem
-from routers.memagent.providers.base import BaseProvider, action_sequence, count_words
+from routers.memagent.providers.base import BaseProvider
+from routers.memagent.providers.text_limits import action_sequence, count_words
 
 
 class AWM(BaseProvider):

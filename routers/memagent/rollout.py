@@ -1,0 +1,349 @@
+"""MemAgent rollouts, shared by forced exploration (``data_synthesis.memagent``) and evaluation (``eval.memagent``).
+
+* :class:`RolloutConfig`: the environment, task agent and provider runtime options (forced exploration's
+  ``ForcedExplorationConfig`` inherits them; evaluation rebuilds the same runtime from an exploration
+  directory's config).
+* the builders: :func:`build_env`, :func:`build_agent`, :func:`build_providers_from`, :func:`token_counter`,
+  :func:`short_term_factory`, :func:`build_context`.
+* :func:`rollout`: one task played through ``run_episode``, with either a fixed Begin option and In policy
+  (exploration) or a router deciding Begin and every In step (evaluation; probe and router times measured),
+  and the injected-token fields both record kinds carry.
+* the exploration record: :func:`exploration_record`, :func:`validate_exploration`, ``EXPLORATION_FIELDS``
+  (and ``OUTCOME_FIELDS``, the subset the evaluation's outcome tables need), and the process-pool worker.
+
+Exploration record (``schema_version`` 1): ``id`` ("task|option|policy"), ``task_id``, ``split``,
+``begin_provider`` (null = no memory), ``in_policy``, ``success`` (bool), ``steps`` (int), ``reward``
+(game score), ``max_score``, ``error`` (null or "Type: message"), ``injected_tokens`` (Begin + In),
+``begin_tokens``, ``in_tokens``, ``in_queries``, ``retrieved_item_ids``, ``elapsed_s``, ``s_per_step``,
+``agent``, ``trajectory`` (``Trajectory.to_dict()``; each step's ``meta.stm`` is the short-term summary
+available at that step, ``meta.query`` whether it was injected).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from routers.memagent.agent import IN_POLICIES, run_episode
+from routers.memagent.protocol import Task, Trajectory
+
+FORMAT = "memroute.memagent.exploration"  # an exploration directory (manifest.json, stats.json)
+SCHEMA_VERSION = 1
+EXPLORATION_FIELDS = ("id", "task_id", "begin_provider", "in_policy", "success", "steps", "trajectory")
+# what a (task, option, policy) outcome needs: evaluation reads records without id / trajectory too
+OUTCOME_FIELDS = tuple(f for f in EXPLORATION_FIELDS if f not in ("id", "trajectory"))
+
+
+@dataclass
+class RolloutConfig:
+    """Environment, task agent and provider runtime options (``ForcedExplorationConfig`` adds the rest)."""
+
+    # environment
+    games_dir: str = "outputs/textworld_games"
+    n_train: int = 16
+    n_heldout: int = 8
+    env_seed: int = 0
+    max_steps: int = 30
+    game_presets: list[str] = field(default_factory=lambda: [
+        "recipe=1,take=1,go=1", "recipe=1,take=1,go=1,cut", "recipe=1,take=1,go=6",
+        "recipe=2,take=1,go=1,cook", "recipe=2,take=2,go=6,open,cut"],
+        metadata={"help": "tw-cooking settings, assigned to seeds round-robin"})
+    goal_style: str = "recipe"
+    prune_commands: bool = True
+    # providers
+    providers: list[str] | None = field(default=None, metadata={"help": "Begin providers; None = all 13"})
+    # task agent
+    agent: str = field(default="lm", metadata={"help": "lm (agent_model scores commands; openai:MODEL@URL picks by "
+                                                       "number) | walkthrough (oracle) | random"})
+    agent_model: str = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    agent_dtype: str = field(default="float32", metadata={"help": "float32 | bfloat16 | auto"})
+    device: str | None = None
+    history_steps: int = 3
+    repeat_penalty: float = 1.0
+    length_norm: str = "mean"
+    torch_threads: int = field(default=1, metadata={"help": "torch threads per worker"})
+    # memory
+    encoder: str = "sentence-transformers/all-MiniLM-L6-v2"
+    provider_llm: str = field(default="HuggingFaceTB/SmolLM2-135M-Instruct",
+                              metadata={"help": "LLM backend the providers write memories with"})
+    provider_max_new_tokens: int | None = field(default=None, metadata={"help": "cap on provider LLM generations"})
+    stm_max_words: int = 160
+    seed: int = 0
+
+    def __post_init__(self):
+        from routers.validation import check_non_negative, check_positive
+
+        if self.agent not in ("lm", "walkthrough", "random"):
+            raise ValueError(f"agent must be lm, walkthrough or random, got {self.agent!r}")
+        check_non_negative(self, "n_train", "n_heldout", "history_steps", "repeat_penalty")
+        check_positive(self, "max_steps", "torch_threads", "stm_max_words", "provider_max_new_tokens")
+        if self.length_norm not in ("mean", "sum"):
+            raise ValueError(f"length_norm must be 'mean' or 'sum', got {self.length_norm!r}")
+        if self.goal_style not in ("recipe", "objective"):
+            raise ValueError(f"goal_style must be 'recipe' or 'objective', got {self.goal_style!r}")
+        if not self.game_presets:
+            raise ValueError("game_presets is empty: give at least one tw-cooking preset (e.g. 'recipe=1,take=1,go=1')")
+        if self.providers is not None:
+            dup = sorted({p for p in self.providers if self.providers.count(p) > 1})
+            if dup:
+                raise ValueError(f"providers: {dup} given more than once")
+
+
+# -- building the runtime from the config ----------------------------------------------------------------
+def build_env(cfg: RolloutConfig):
+    from routers.memagent.textworld_env import TextWorldSuite
+
+    return TextWorldSuite(cache_dir=cfg.games_dir, n_train=cfg.n_train, n_heldout=cfg.n_heldout, seed=cfg.env_seed,
+                          max_steps=cfg.max_steps, presets=cfg.game_presets, goal_style=cfg.goal_style,
+                          prune_commands=cfg.prune_commands)
+
+
+def build_agent(cfg: RolloutConfig):
+    from routers.memagent.agent import HTTPCommandAgent, LMCommandAgent, RandomCommandAgent, WalkthroughAgent
+
+    if cfg.agent == "walkthrough":
+        return WalkthroughAgent()
+    if cfg.agent == "random":
+        return RandomCommandAgent(cfg.seed)
+    if cfg.agent_model.startswith("openai:"):
+        from routers.models import make_backend
+
+        return HTTPCommandAgent(make_backend(cfg.agent_model), history_steps=cfg.history_steps)
+    return LMCommandAgent.from_pretrained(cfg.agent_model, dtype=cfg.agent_dtype, device=cfg.device,
+                                          history_steps=cfg.history_steps, repeat_penalty=cfg.repeat_penalty,
+                                          length_norm=cfg.length_norm)
+
+
+def count_words(text: str) -> int:
+    """Whitespace words (the token count when the agent has no tokenizer)."""
+    return len(text.split()) if text else 0
+
+
+def token_counter(agent) -> Callable[[str], int]:
+    """The agent's tokenizer when it has one (what the injected memory costs it), else whitespace words."""
+    tok = getattr(agent, "tokenizer", None)
+    if tok is not None:
+        return lambda text: len(tok(text, add_special_tokens=False)["input_ids"]) if text else 0
+    return count_words
+
+
+def build_providers_from(cfg: RolloutConfig) -> dict:
+    from routers.memagent.providers import PROVIDER_NAMES, build_providers
+    from routers.models import make_backend
+
+    names = list(cfg.providers) if cfg.providers is not None else list(PROVIDER_NAMES)
+    kw = {} if cfg.provider_max_new_tokens is None else {"max_new_tokens": cfg.provider_max_new_tokens}
+    return build_providers(names, encoder=cfg.encoder, llm=make_backend(cfg.provider_llm), **kw)
+
+
+def short_term_factory(cfg: RolloutConfig) -> Callable:
+    """A fresh short-term memory per rollout."""
+    from routers.memagent.providers import ShortTermMemory
+
+    return lambda: ShortTermMemory(max_words=cfg.stm_max_words)
+
+
+def probe_function(providers: Mapping) -> Callable[[str], list]:
+    """``goal -> previews``: one vectorized ``ProviderProbe`` pass when every provider is a ``BaseProvider``,
+    else each provider's own ``probe`` (any protocol provider)."""
+    from routers.memagent.providers import BaseProvider, ProviderProbe
+
+    if providers and all(isinstance(p, BaseProvider) for p in providers.values()):
+        return ProviderProbe(providers).probe
+    return lambda goal: [p.probe(goal) for p in providers.values()]
+
+
+def env_tasks(env, split: str, progress: bool = False) -> list:
+    """``env.tasks(split)``, with a progress bar when the environment offers one."""
+    import inspect
+
+    try:
+        takes_progress = "progress" in inspect.signature(env.tasks).parameters
+    except (TypeError, ValueError):
+        takes_progress = False
+    return env.tasks(split, progress=progress) if takes_progress else env.tasks(split)
+
+
+@dataclass
+class RolloutContext:
+    """What a rollout plays with. ``probe(goal) -> previews`` (default: each provider's own ``probe``);
+    ``count_tokens`` defaults to whitespace words; ``memories`` (recorded Begin memories) are used instead of
+    a live retrieve."""
+
+    env: Any
+    tasks: list
+    agent: Any
+    providers: dict
+    short_term_factory: Callable | None = None
+    count_tokens: Callable[[str], int] | None = None
+    probe: Callable | None = None
+    memories: dict | None = None        # {task_id: {provider: Begin memory text}} from heldout/tasks.jsonl
+    max_steps: int = 30
+
+
+def build_context(cfg: RolloutConfig, providers: Mapping | None = None) -> RolloutContext:
+    """Agent, environment, short-term memory and token counter built from the config (no tasks listed)."""
+    agent = build_agent(cfg)
+    return RolloutContext(env=build_env(cfg), tasks=[], agent=agent, providers=dict(providers or {}),
+                          short_term_factory=short_term_factory(cfg), count_tokens=token_counter(agent),
+                          max_steps=cfg.max_steps)
+
+
+# -- one rollout -------------------------------------------------------------------------------------------
+@dataclass
+class Rollout:
+    """One played task and what it cost: injected tokens (Begin memory + In summaries) and wall times."""
+
+    trajectory: Trajectory
+    begin_provider: str | None
+    begin_tokens: int
+    in_tokens: int
+    in_queries: int                     # steps that injected the short-term summary
+    in_decisions: int                   # steps that had a summary to decide on
+    elapsed_s: float                    # the whole task (routed: probe + router + episode)
+    probe_s: float = 0.0
+    router_s: float = 0.0
+
+    @property
+    def steps(self) -> int:
+        return len(self.trajectory.steps)
+
+    @property
+    def injected_tokens(self) -> int:
+        return self.begin_tokens + self.in_tokens
+
+
+class _TimedRouter:
+    """A router's Begin and In decisions, with the seconds spent in them."""
+
+    def __init__(self, router):
+        self.router = router
+        self.seconds = 0.0
+
+    def begin(self, goal: str, previews, providers):
+        t = time.perf_counter()
+        choice = self.router.begin(goal, previews, providers)
+        self.seconds += time.perf_counter() - t
+        return choice
+
+    def in_policy(self, task: Task, index: int, summary: str) -> bool:  # run_episode records this name
+        t = time.perf_counter()
+        decision = self.router.inject(task.goal, index, summary)
+        self.seconds += time.perf_counter() - t
+        return decision
+
+
+def rollout(ctx: RolloutContext, task: Task, begin: str | None = None, in_policy="never", *, memory: str = "",
+            router=None, error: str | None = None) -> Rollout:
+    """Play ``task`` once. Never raises for agent/LLM/env errors: they land in ``trajectory.error``.
+
+    Fixed decisions (exploration): Begin option ``begin`` with its ``memory`` and the In policy ``in_policy``
+    (a name of ``IN_POLICIES`` or a callable); ``error`` (the Begin memory could not be retrieved) fails the
+    rollout without playing. Routed (evaluation): ``router.begin(goal, previews, providers)`` picks the Begin
+    provider from the probe previews (``ctx.probe`` or each provider's ``probe``), its memory is the recorded
+    one (``ctx.memories``) or a live retrieve, and ``router.inject(goal, index, summary)`` decides each In step.
+    """
+    count_tokens = ctx.count_tokens or count_words
+    t_task = time.perf_counter()
+    probe_s = 0.0
+    timed = None
+    if router is not None:
+        timed = _TimedRouter(router)
+        t = time.perf_counter()
+        previews = ctx.probe(task.goal) if ctx.probe else [p.probe(task.goal) for p in ctx.providers.values()]
+        probe_s = time.perf_counter() - t
+        begin = timed.begin(task.goal, previews, ctx.providers)
+        memory = _begin_memory(ctx, task, begin)
+        in_policy = timed.in_policy
+    if error is not None:
+        traj = Trajectory(task=task, steps=[], success=False, begin_provider=begin, error=error,
+                          meta={"in_policy": in_policy})
+    else:
+        stm = ctx.short_term_factory() if ctx.short_term_factory is not None else None
+        traj = run_episode(ctx.env, ctx.agent, task, begin_provider=begin, begin_memory=memory, in_policy=in_policy,
+                           short_term=stm, max_steps=ctx.max_steps)
+    elapsed = time.perf_counter() - t_task
+    return Rollout(trajectory=traj, begin_provider=begin, begin_tokens=count_tokens(memory) if memory else 0,
+                   in_tokens=sum(count_tokens(s.injected) for s in traj.steps if s.injected),
+                   in_queries=sum(1 for s in traj.steps if s.injected),
+                   in_decisions=sum(1 for s in traj.steps if (s.meta or {}).get("stm")),
+                   elapsed_s=elapsed, probe_s=probe_s, router_s=timed.seconds if timed else 0.0)
+
+
+def _begin_memory(ctx: RolloutContext, task: Task, choice: str | None) -> str:
+    if choice is None:
+        return ""
+    recorded = (ctx.memories or {}).get(task.task_id, {})
+    return recorded[choice] if choice in recorded else ctx.providers[choice].retrieve(task.goal).text
+
+
+# -- exploration records ------------------------------------------------------------------------------------
+def rollout_id(task_id: str, option: str | None, policy: str) -> str:
+    return f"{task_id}|{option or 'none'}|{policy}"
+
+
+@dataclass
+class RolloutJob:
+    """One (task, Begin option, In policy) combination, with the Begin memory retrieved up front."""
+
+    task: Task
+    option: str | None
+    policy: str
+    memory: str
+    item_ids: list[str]
+    retrieve_error: str | None = None
+
+
+def exploration_record(job: RolloutJob, ctx: RolloutContext) -> dict:
+    """Play one combination; the exploration record (schema in the module docstring)."""
+    r = rollout(ctx, job.task, job.option, job.policy, memory=job.memory, error=job.retrieve_error)
+    traj, n = r.trajectory, r.steps
+    return {"schema_version": SCHEMA_VERSION, "id": rollout_id(job.task.task_id, job.option, job.policy),
+            "task_id": job.task.task_id, "split": job.task.split, "begin_provider": job.option,
+            "in_policy": job.policy, "success": bool(traj.success), "steps": n, "reward": traj.reward,
+            "max_score": job.task.meta.get("max_score"), "error": traj.error,
+            "injected_tokens": r.injected_tokens, "begin_tokens": r.begin_tokens, "in_tokens": r.in_tokens,
+            "in_queries": r.in_queries, "retrieved_item_ids": list(job.item_ids),
+            "elapsed_s": round(r.elapsed_s, 4), "s_per_step": round(r.elapsed_s / n, 4) if n else None,
+            "agent": getattr(ctx.agent, "name", type(ctx.agent).__name__), "trajectory": traj.to_dict()}
+
+
+def validate_exploration(rec: dict) -> None:
+    """An exploration record's fields (``trajectory`` and ``injected_tokens`` when present)."""
+    if not isinstance(rec["task_id"], str) or not rec["task_id"]:
+        raise ValueError("task_id must be a non-empty string")
+    if rec["begin_provider"] is not None and not isinstance(rec["begin_provider"], str):
+        raise ValueError(f"begin_provider must be a provider name or null, got {rec['begin_provider']!r}")
+    if rec["in_policy"] not in IN_POLICIES:
+        raise ValueError(f"in_policy must be one of {IN_POLICIES}, got {rec['in_policy']!r}")
+    if not isinstance(rec["success"], bool):
+        raise ValueError(f"success must be true or false, got {rec['success']!r}")
+    if not isinstance(rec["steps"], int) or isinstance(rec["steps"], bool) or rec["steps"] < 0:
+        raise ValueError(f"steps must be a non-negative integer, got {rec['steps']!r}")
+    tokens = rec.get("injected_tokens", 0)
+    if not isinstance(tokens, int) or tokens < 0:
+        raise ValueError(f"injected_tokens must be a non-negative integer, got {tokens!r}")
+    if "trajectory" not in rec:
+        return
+    traj = rec["trajectory"]
+    if not isinstance(traj, dict) or not isinstance(traj.get("steps"), list) or "task" not in traj:
+        raise ValueError("trajectory must be an object with 'task' and a 'steps' list")
+    if len(traj["steps"]) != rec["steps"]:
+        raise ValueError(f"steps={rec['steps']} but the trajectory has {len(traj['steps'])} steps")
+
+
+# -- process-pool workers (forced exploration with num_workers > 1) -------------------------------------------
+_WORKER: dict = {}
+
+
+def init_worker(cfg: RolloutConfig) -> None:
+    """Pool initializer: this process's own environment, agent and short-term memory."""
+    import torch
+
+    torch.set_num_threads(max(1, cfg.torch_threads))
+    _WORKER["ctx"] = build_context(cfg)
+
+
+def worker_rollout(job: RolloutJob) -> dict:
+    return exploration_record(job, _WORKER["ctx"])
