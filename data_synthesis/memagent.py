@@ -378,7 +378,7 @@ def _combo_index(rec: dict, names: list[str], cfg: ForcedExplorationConfig) -> i
 def label(cfg: ForcedExplorationConfig, providers: Mapping | None = None, judge=None, progress: bool = True) -> dict:
     """Judge (cached) and write begin/in/end.jsonl + stats.json from the training split's records."""
     from data_synthesis import memagent_supervision as S
-    from routers.models import make_backend
+    from routers.backends import make_backend
 
     out = Path(cfg.output_dir)
     if providers is None:

@@ -36,7 +36,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from routers.memagent import prompts as P
 from routers.memagent.protocol import Preview, Trajectory
 from routers.memagent.rollout import FORMAT, SCHEMA_VERSION
-from routers.models import form_reply
+from routers.backends import form_reply
 
 S_MAX = 5
 # phase -> dimension -> (weight, inverted)   (paper Table 8)

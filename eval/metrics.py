@@ -169,10 +169,6 @@ def finite_or_none(x):
     return x if math.isfinite(x) else None
 
 
-def scores_to_list(scores: Sequence[float]) -> list[float | None]:
-    return [finite_or_none(v) for v in np.asarray(scores, dtype=np.float64).tolist()]
-
-
 # Calibration needs both classes and enough of each: a tau fitted to six positives (precision 1.0 by
 # construction) or to a handful of samples is noise, and written into a router it silently changes every
 # later decision. These are the defaults of ``--min_calibration_samples`` / ``--min_calibration_per_class``.

@@ -21,7 +21,6 @@ import os
 import shutil
 import tempfile
 from contextlib import contextmanager
-from importlib import import_module as _import_module  # not via `importlib`: tests swap that name
 from pathlib import Path
 
 SMOLLM2_ALIASES = {"smollm2", "smollm2-135m", "HuggingFaceTB/SmolLM2-135M-Instruct"}
@@ -228,23 +227,3 @@ def bf16_supported() -> bool:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
-
-
-# --------------------------------------------------------------------------------------------------
-# Names that moved to routers.backends, still importable from here (``from routers.models import
-# make_backend``). Resolved on first access: routers.backends imports this module, so importing it at
-# the top would make an import loop.
-# --------------------------------------------------------------------------------------------------
-_MOVED_TO_BACKENDS = ("LLMBackend", "Message", "OpenAICompatibleBackend", "TransformersBackend", "choice_token_ids",
-                      "form_reply", "is_local_host", "make_backend", "redact_url", "warn_if_key_sent_in_clear",
-                      "LOCAL_HOSTS")
-
-
-def __getattr__(name: str):
-    if name in _MOVED_TO_BACKENDS:
-        return getattr(_import_module("routers.backends"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_MOVED_TO_BACKENDS))

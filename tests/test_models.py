@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import routers.backends as backends
 import routers.models as models
 from routers.backends import OpenAICompatibleBackend, TransformersBackend, make_backend
 from routers.models import MissingPackageError, resolve_causal_lm, resolve_encoder
@@ -99,7 +100,7 @@ def test_make_backend():
     assert isinstance(t, TransformersBackend) and t.model_name == "gpt2" and t.batch_size == 2
     assert t._model is None  # lazy: nothing loaded yet
     assert make_backend("smollm2").name == "transformers:smollm2"
-    assert isinstance(b, models.LLMBackend) and isinstance(t, models.LLMBackend)
+    assert isinstance(b, backends.LLMBackend) and isinstance(t, backends.LLMBackend)
 
 
 def test_import_makes_no_network_call():
@@ -112,9 +113,10 @@ def test_import_makes_no_network_call():
         socket.socket.connect = deny
         socket.create_connection = deny
         socket.getaddrinfo = deny
+        import routers.backends as b
         import routers.models as m
-        b = m.make_backend("openai:m@http://x/v1")
-        m.make_backend("transformers:gpt2")
+        b.make_backend("openai:m@http://x/v1")
+        b.make_backend("transformers:gpt2")
         m.resolve_causal_lm("gpt2"); m.resolve_encoder("minilm")
         assert calls == [], calls
         print("ok")
@@ -236,25 +238,25 @@ def test_transformers_fill_form_is_restricted_argmax(tiny_llama_dir, one_torch_t
     fields, choices = ["Utilization", "Relevance"], [str(v) for v in range(6)]
     forms = backend.fill_form(FORM_CONVS, fields, choices)
     model, tok = backend._load()
-    cand = models.choice_token_ids(tok, choices)
+    cand = backends.choice_token_ids(tok, choices)
     for conv, form in zip(FORM_CONVS, forms):
         assert list(form) == fields and all(v in choices for v in form.values())
         text = tok.apply_chat_template(conv, tokenize=False, add_generation_prompt=True)
         for i, f in enumerate(fields):
-            prefix = models.form_reply(fields[:i], form) + ("\n" if i else "") + f"{f}:"
+            prefix = backends.form_reply(fields[:i], form) + ("\n" if i else "") + f"{f}:"
             ids = tok.encode(text, add_special_tokens=False) + tok.encode(prefix, add_special_tokens=False)
             with torch.inference_mode():
                 logits = model(input_ids=torch.tensor([ids])).logits[0, -1]
             assert form[f] == choices[int(logits[cand].argmax())]
-    reply = models.form_reply(fields, forms[0])
+    reply = backends.form_reply(fields, forms[0])
     assert reply == f"Utilization: {forms[0]['Utilization']}\nRelevance: {forms[0]['Relevance']}"
 
 
 def test_choice_tokens_must_be_distinct_single_tokens(smollm2_tokenizer):
-    ids = models.choice_token_ids(smollm2_tokenizer, ["0", "1", "5"])
+    ids = backends.choice_token_ids(smollm2_tokenizer, ["0", "1", "5"])
     assert len(set(ids)) == 3
     with pytest.raises(ValueError, match="single tokens"):
-        models.choice_token_ids(smollm2_tokenizer, ["0", "unbelievably long choice"])
+        backends.choice_token_ids(smollm2_tokenizer, ["0", "unbelievably long choice"])
 
 
 def test_openai_fill_form_sends_json_schema_and_validates():

@@ -52,7 +52,6 @@ from train.distributed import (check_model_path, check_start, check_world_size, 
                                training_argument_checks, warn_if_fsdp_ignored)
 from train.retriever_losses import IGNORE, POSITIVE, MultiPositiveInfoNCELoss, pack_labels
 
-DATA_COLUMNS = ("query", "positives", "negatives", "positive_kinds")
 
 
 @dataclass

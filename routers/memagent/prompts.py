@@ -286,12 +286,3 @@ def parse_end(text: str, names: Iterable[str]) -> list[str]:
         if hit not in out:
             out.append(hit)
     return out
-
-
-def parse_yes_no(text: str) -> bool:
-    key = _norm(_strip_label(text).split()[0]) if _strip_label(text).split() else ""
-    if key in {"yes", "y", "true"}:
-        return True
-    if key in {"no", "n", "false"}:
-        return False
-    raise ValueError(f"cannot parse yes/no from {text!r}")

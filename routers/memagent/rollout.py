@@ -107,7 +107,7 @@ def build_agent(cfg: RolloutConfig):
     if cfg.agent == "random":
         return RandomCommandAgent(cfg.seed)
     if cfg.agent_model.startswith("openai:"):
-        from routers.models import make_backend
+        from routers.backends import make_backend
 
         return HTTPCommandAgent(make_backend(cfg.agent_model), history_steps=cfg.history_steps)
     return LMCommandAgent.from_pretrained(cfg.agent_model, dtype=cfg.agent_dtype, device=cfg.device,
@@ -130,7 +130,7 @@ def token_counter(agent) -> Callable[[str], int]:
 
 def build_providers_from(cfg: RolloutConfig) -> dict:
     from routers.memagent.providers import PROVIDER_NAMES, build_providers
-    from routers.models import make_backend
+    from routers.backends import make_backend
 
     names = list(cfg.providers) if cfg.providers is not None else list(PROVIDER_NAMES)
     kw = {} if cfg.provider_max_new_tokens is None else {"max_new_tokens": cfg.provider_max_new_tokens}

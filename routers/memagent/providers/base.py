@@ -253,7 +253,7 @@ class BaseProvider:
     def _ask(self, system: str, user: str, max_new_tokens: int | None = None) -> str:
         if self.llm is None:
             raise ProviderError(f"{self.name}: writing memories needs an LLM backend (pass llm=...; "
-                                "routers.models.make_backend builds one)")
+                                "routers.backends.make_backend builds one)")
         out = self.llm.generate([[{"role": "system", "content": system}, {"role": "user", "content": user}]],
                                 max_new_tokens or self.max_new_tokens)
         if not isinstance(out, (list, tuple)) or len(out) != 1 or not isinstance(out[0], (str, type(None))):
