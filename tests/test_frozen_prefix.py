@@ -138,3 +138,23 @@ def test_training_on_cached_states_learns_and_exports_a_normal_router(llama4_dir
     qs, cs, ys = [r["question"] for r in records], [r["context"] for r in records], [r["label"] for r in records]
     a_trained, a_base = auroc(ys, router.score(qs, cs)), auroc(ys, base.score(qs, cs))
     assert a_trained >= 0.8 and a_trained > a_base + 0.15, (a_trained, a_base)
+
+
+def test_training_paths_benchmark_writes_json_and_plot(llama4_dir, tmp_path):
+    import json
+
+    from eval.bench.training_paths import main
+
+    train_file = write_jsonl(tmp_path / "train.jsonl", make_records(16, seed=1))
+    eval_file = write_jsonl(tmp_path / "eval.jsonl", make_records(12, seed=2))
+    report = main(["--train_file", str(train_file), "--eval_file", str(eval_file), "--model_name_or_path", llama4_dir,
+                   "--output_dir", str(tmp_path / "bench")])
+    on_disk = json.loads((tmp_path / "bench" / "training_paths.json").read_text())
+    assert on_disk["results"].keys() == {"frozen_prefix", "lora_all_layers"} == report["results"].keys()
+    for r in on_disk["results"].values():
+        assert r["train_wall_s"] > 0 and r["steps"] > 0 and r["n_eval"] == 12
+        assert set(r["trained"]) == {"auroc", "ap", "ece"} and r["base"]["auroc"] is not None
+    assert on_disk["results"]["lora_all_layers"]["vs_baseline"] == {"wall_ratio": 1.0, "auroc_delta": 0.0}
+    assert on_disk["results"]["frozen_prefix"]["frozen_prefix"]["trained_layers"] == 4 - 0  # 4-layer model: all 4
+    assert "versions" in on_disk and on_disk["machine"]["device"] == "cpu"
+    assert (tmp_path / "bench" / "training_paths.png").stat().st_size > 0
