@@ -30,7 +30,7 @@ class QuickstartConfig:
     corpus_path: str | None = field(default=None, metadata={"help": "LoCoMo JSON; default: the bundled copy"})
     eval_episodes: list[str] = field(default_factory=lambda: ["conv-26", "conv-30"],
                                      metadata={"help": "held-out conversations"})
-    max_qa_per_episode: int = 60
+    max_qa_per_episode: int = 30
     max_eval_qa_per_episode: int = 30
     answer_models: list[str] = field(default_factory=lambda: ["none"], metadata={
         "help": "models that try to answer negatives (discarded if they can); off by default: with SmolLM2 it "
@@ -46,7 +46,7 @@ class QuickstartConfig:
     num_train_epochs: float = 3.0
     max_steps: int = field(default=-1, metadata={"help": "> 0 overrides num_train_epochs"})
     per_device_train_batch_size: int = 8
-    learning_rate: float = 1e-4
+    learning_rate: float = 2e-4
     max_length: int = 512
     bf16: bool | None = field(default=None, metadata={"help": "None = auto (GPU or CPU with native bf16)"})
     seed: int = 0
