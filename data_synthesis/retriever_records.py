@@ -16,7 +16,7 @@ import numpy as np
 
 from data_synthesis.sufficiency_samples import leaks_answer, question_rng
 from data_synthesis.textworld_episodes import check_schema_version
-from routers.io import read_jsonl
+from routers.io import read_records, unique_ids
 from routers.memory.retrieval import render_context
 from routers.memory.schema import QA, Episode, Step
 
@@ -173,27 +173,7 @@ def read_retriever_records(path: str | Path, max_records: int | None = None) -> 
     since it would be trained on twice)."""
     if max_records is not None and (isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1):
         raise ValueError(f"max_records must be a positive integer or None, got {max_records!r}")
-    seen: set = set()
-
-    def validate(rec: dict) -> None:
-        validate_record(rec)
-        if rec["id"] in seen:
-            raise ValueError(f"duplicate id {rec['id']!r:.80}")
-        seen.add(rec["id"])
-
-    out = []
-    try:
-        for rec in read_jsonl(path, required=RECORD_FIELDS, validate=validate):
-            out.append(rec)
-            if max_records is not None and len(out) >= max_records:
-                break
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: retriever record file not found") from None
-    except IsADirectoryError:
-        raise ValueError(f"{path}: is a directory, not a JSONL record file") from None
-    if not out:
-        raise ValueError(f"{path}: no retriever records")
-    return out
+    return read_records(path, RECORD_FIELDS, unique_ids(validate_record), "retriever record", max_records)
 
 
 def load_retriever_dataset(path: str | Path, max_records: int | None = None, columns=RECORD_FIELDS):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from routers.io import read_jsonl
+from routers.io import read_records, unique_ids
 from routers.memory.retrieval import HybridRetriever, render_context, retrieval_prefix, tokenize
 from routers.memory.schema import QA, Episode, Step
 from routers.text import normalize_answer
@@ -55,33 +55,13 @@ def validate_sample(rec: dict) -> None:
 def sample_validator(required: tuple = SAMPLE_FIELDS):
     """``validate_sample`` plus: an id seen earlier in the same file is an error (a duplicate would count
     twice in training and in every metric). One validator for the trainer, ``synth mix`` and eval."""
-    seen: set = set()
-
-    def validate(rec: dict) -> None:
-        validate_sample(rec)
-        if rec["id"] in seen:
-            raise ValueError(f"duplicate id {rec['id']!r:.80}")
-        seen.add(rec["id"])
-
-    return validate
+    return unique_ids(validate_sample)
 
 
 def read_samples(path: str | os.PathLike, max_samples: int | None = None, required: tuple = SAMPLE_FIELDS) -> list[dict]:
     """Validated sufficiency samples of one file, in file order; errors name file and line, and an empty
     file is an error. Call it before loading any model: bad data must fail in seconds."""
-    records = []
-    try:
-        for rec in read_jsonl(path, required=required, validate=sample_validator(required)):
-            records.append(rec)
-            if max_samples is not None and len(records) >= max_samples:
-                break
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: sample file not found") from None
-    except IsADirectoryError:
-        raise ValueError(f"{path}: is a directory, not a JSONL sample file") from None
-    if not records:
-        raise ValueError(f"{path}: no samples (empty file)")
-    return records
+    return read_records(path, required, sample_validator(required), "sample", max_samples)
 
 
 def question_rng(seed: int, key: str) -> random.Random:

@@ -42,7 +42,7 @@ from data_synthesis.sufficiency_samples import read_samples
 from eval.metrics import (DEFAULT_TAUS, MIN_CALIBRATION_PER_CLASS, MIN_CALIBRATION_SAMPLES, binary_metrics,
                           calibrate_threshold, calibration_refusal, finite_or_none, threshold_metrics)
 from eval.score_cache import ResultCache, model_identity, score_field
-from routers.base import CALIBRATION, git_revision, library_versions, read_router_config
+from routers.base import CALIBRATION, check_router_dir, git_revision, library_versions
 from routers.models import resolve_causal_lm
 from routers.sufficiency import SufficiencyRouter
 from routers.config import ConfigError, make_arg_parser, parse_config, save_resolved_config
@@ -146,16 +146,6 @@ def load_eval_records(path: str | os.PathLike, max_samples: int | None = None) -
         raise ValueError(f"max_samples must be >= 1, got {max_samples}")
     return read_samples(path, max_samples, required=REQUIRED_FIELDS)
 
-
-def check_router_dir(router: str, option: str = "--router") -> dict:
-    """The router export's checked ``router_config.json`` (errors name the directory or the file)."""
-    path = Path(router)
-    if not path.exists():
-        raise FileNotFoundError(f"{option} {router}: no such directory (give a `memroute export sufficiency` "
-                                "directory, or leave the option out)")
-    if not path.is_dir():
-        raise ConfigError(f"{option} {router}: not a directory (give a router export directory)")
-    return read_router_config(path, "sufficiency")
 
 
 def _calibrate(labels, scores, target_precision, target_early_termination) -> dict | None:
@@ -262,7 +252,7 @@ def main(argv=None) -> dict:
         raise ConfigError("--data (an eval JSONL) is required")
     base_model = cfg.base_model
     if cfg.router:
-        router_config = check_router_dir(cfg.router)  # before any model loads: a bad export fails in seconds
+        router_config = check_router_dir(cfg.router, "sufficiency")  # before any model loads: a bad export fails in seconds
         if base_model is None:
             base_model = router_config.get("base_model")
             if base_model is None:

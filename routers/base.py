@@ -384,3 +384,15 @@ class ExportedRouter:
     def model_card(self, metrics: dict | None = None, training: dict | None = None) -> str:
         """The README.md model card (``training`` / ``metrics`` become JSON sections)."""
         raise NotImplementedError
+
+
+def check_router_dir(router: str | os.PathLike, router_type: str, option: str = "--router") -> dict:
+    """A router export given on the command line: its checked ``router_config.json``. A missing path or a plain
+    file is one clear error naming the option, before any model loads."""
+    path = Path(router)
+    if not path.exists():
+        raise FileNotFoundError(f"{option} {router}: no such directory (give a `memroute export {router_type}` "
+                                "directory, or leave the option out)")
+    if not path.is_dir():
+        raise RouterConfigError(f"{option} {router}: not a directory (give a router export directory)")
+    return read_router_config(path, router_type)

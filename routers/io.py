@@ -203,3 +203,36 @@ class OutputLock:
 
     def __exit__(self, *exc):
         self.release()
+
+
+def unique_ids(validate: Callable[[dict], None] | None = None, key: str = "id") -> Callable[[dict], None]:
+    """``validate`` plus: a ``key`` seen earlier in the same file is an error (it would count twice)."""
+    seen: set = set()
+
+    def check(rec: dict) -> None:
+        if validate is not None:
+            validate(rec)
+        if rec[key] in seen:
+            raise ValueError(f"duplicate {key} {rec[key]!r:.80}")
+        seen.add(rec[key])
+
+    return check
+
+
+def read_records(path: str | os.PathLike, required: Iterable[str], validate: Callable[[dict], None] | None,
+                 what: str, limit: int | None = None) -> list[dict]:
+    """Every validated record of one JSONL file (the first ``limit``), with a named error for a missing file,
+    a directory or a file without records. Call it before loading any model: bad data fails in seconds."""
+    out = []
+    try:
+        for rec in read_jsonl(path, required=required, validate=validate):
+            out.append(rec)
+            if limit is not None and len(out) >= limit:
+                break
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: {what} file not found") from None
+    except IsADirectoryError:
+        raise ValueError(f"{path}: is a directory, not a JSONL {what} file") from None
+    if not out:
+        raise ValueError(f"{path}: no {what}s (empty file)")
+    return out

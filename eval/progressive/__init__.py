@@ -37,7 +37,7 @@ Outputs (atomic): ``rows.csv``, ``metrics.json``, ``pareto.png``, ``failures.jso
 
 from eval.progressive.cache import (HASHED, RECORD_VERSION, base_router_spec, config_hash, router_ids,
                                     score_new_routers, with_routers)
-from eval.progressive.config import (BASE, PAPER_TAUS, PATHS, TAUS, TRAINED, ProgressiveEvalConfig, check_router_dir,
+from eval.progressive.config import (BASE, PAPER_TAUS, PATHS, TAUS, TRAINED, ProgressiveEvalConfig,
                                      is_none)
 from eval.progressive.execute import LazyModels, question_record, run_missing, select_questions
 from eval.progressive.report import (CSV_COLUMNS, build_metrics, choose_tau, derive_rows, et_ranges, format_table,
@@ -47,7 +47,7 @@ from eval.progressive.run import main, make_parser, run
 
 __all__ = [
     "BASE", "CSV_COLUMNS", "HASHED", "PAPER_TAUS", "PATHS", "RECORD_VERSION", "TAUS", "TRAINED", "LazyModels",
-    "ProgressiveEvalConfig", "base_router_spec", "build_metrics", "check_router_dir", "choose_tau", "config_hash",
+    "ProgressiveEvalConfig", "base_router_spec", "build_metrics", "choose_tau", "config_hash",
     "derive_rows", "et_ranges", "format_table", "is_none", "main", "make_parser", "pareto_front", "pareto_plot",
     "prefix_sufficiency", "question_record", "router_ids", "rows_csv", "run", "run_missing", "score_new_routers",
     "select_questions", "split_rows", "split_stats", "test_report", "with_routers",

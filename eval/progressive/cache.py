@@ -13,8 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from eval.progressive.config import BASE, TRAINED, ProgressiveEvalConfig, check_router_dir, is_none
-from routers.base import ROUTER_CONFIG, RouterConfigError, read_router_config
+from eval.progressive.config import BASE, TRAINED, ProgressiveEvalConfig, is_none
+from routers.base import ROUTER_CONFIG, RouterConfigError, check_router_dir
 from routers.memory.retrieval import render_context
 from routers.progressive import PROMPT_VERSION, route_score
 
@@ -50,7 +50,7 @@ def base_router_spec(cfg: ProgressiveEvalConfig) -> str | None:
     """The untrained router's model: router_base, else the trained router's base_model, else the answer model."""
     base = cfg.router_base
     if base is None and cfg.router:
-        base = read_router_config(check_router_dir(cfg.router), "sufficiency").get("base_model")
+        base = check_router_dir(cfg.router, "sufficiency").get("base_model")
         if base is not None and not isinstance(base, str):
             raise RouterConfigError(f"{Path(cfg.router) / ROUTER_CONFIG}: base_model must be a string, got "
                                     f"{base!r:.60} (pass --router_base)")

@@ -110,13 +110,3 @@ class ProgressiveEvalConfig:
             if not v >= 0.0 or (name == "http_timeout" and v == 0.0):  # `not >=` also refuses NaN
                 raise ValueError(f"{name} must be {'> 0' if name == 'http_timeout' else '>= 0'}, got {v}")
 
-
-def check_router_dir(router: str) -> Path:
-    """The trained router's export directory; a missing path or a plain file is one clear error."""
-    path = Path(router)
-    if not path.exists():
-        raise FileNotFoundError(f"--router {router}: no such directory (give a `memroute export sufficiency` "
-                                "directory, or leave --router out for the base router only)")
-    if not path.is_dir():
-        raise ConfigError(f"--router {router}: not a directory (give a router export directory)")
-    return path
