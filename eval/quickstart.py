@@ -39,14 +39,14 @@ class QuickstartConfig:
     distractors_max: int = 4
     train_top_layers: int | None = field(default=4, metadata={
         "help": "the frozen-prefix path (train only the top K layers on cached states); null = LoRA on every layer"})
-    use_lora: bool = field(default=False, metadata={"help": "false = full fine-tuning of the trained layers"})
+    use_lora: bool = field(default=True, metadata={"help": "LoRA on the trained layers; false = full fine-tuning of them"})
     lora_r: int = 16
     lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
     lambda_rep: float = field(default=0.0, metadata={"help": "distillation weight (needs train_top_layers: null)"})
     num_train_epochs: float = 3.0
     max_steps: int = field(default=-1, metadata={"help": "> 0 overrides num_train_epochs"})
     per_device_train_batch_size: int = 8
-    learning_rate: float = 2e-4
+    learning_rate: float = 1e-3
     max_length: int = 512
     bf16: bool | None = field(default=None, metadata={"help": "None = auto (GPU or CPU with native bf16)"})
     seed: int = 0
