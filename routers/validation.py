@@ -295,3 +295,45 @@ def check_unit_interval(cfg, *names: str) -> None:
         v = getattr(cfg, name)
         if not 0.0 <= v <= 1.0:  # also false for NaN
             raise ValueError(f"{name} must be in [0, 1], got {v}")
+
+
+# -- config options, collected: every bad option of a config reported in one error ----------------------------
+def option_problems(checks) -> list[str]:
+    """The messages of the ``(ok, message)`` pairs that failed."""
+    return [msg for ok, msg in checks if not ok]
+
+
+def raise_option_problems(problems: list[str]) -> None:
+    """One ValueError listing every bad option (``parse_config`` prefixes the recipe / command line)."""
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def _finite(x) -> bool:
+    import math
+
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def int_option(value, name: str, allow_none: bool = False, minimum: int = 1) -> tuple[bool, str]:
+    """``(ok, message)`` for an integer option >= ``minimum`` (collected by :func:`option_problems`)."""
+    if value is None and allow_none:
+        return True, ""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+    return ok, f"{name} must be an integer >= {minimum}{' or null' if allow_none else ''}, got {value!r}"
+
+
+def number_option(value, name: str, low: float | None = None, high: float | None = None, allow_none: bool = False,
+              low_open: bool = False, high_open: bool = False) -> tuple[bool, str]:
+    """``(ok, message)`` for a finite number in [low, high] (open ends with ``low_open`` / ``high_open``)."""
+    if value is None and allow_none:
+        return True, ""
+    ok = _finite(value)
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    lo = "" if low is None else f"{'>' if low_open else '>='} {low:g}"
+    hi = "" if high is None else f"{'<' if high_open else '<='} {high:g}"
+    rng = " and ".join(p for p in (lo, hi) if p) or "finite"
+    return ok, f"{name} must be a number {rng}{' or null' if allow_none else ''}, got {value!r}"

@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib.util
 import os
 
+from routers.validation import int_option, number_option
+
 
 def launched_world_size() -> int:
     """Processes the launcher started (``WORLD_SIZE`` set by torchrun / accelerate launch), else 1."""
@@ -71,55 +73,15 @@ def resolve_attn_implementation(requested: str | None) -> str | None:
 # Everything below runs before a model is loaded, so a bad option, data file or export target fails in
 # seconds instead of after the (possibly long) model load or training run.
 
-def option_problems(checks) -> list[str]:
-    """The messages of the ``(ok, message)`` pairs that failed."""
-    return [msg for ok, msg in checks if not ok]
-
-
-def raise_option_problems(problems: list[str]) -> None:
-    """One ValueError listing every bad option (``parse_config`` prefixes the recipe / command line)."""
-    if problems:
-        raise ValueError("; ".join(problems))
-
-
-def _finite(x) -> bool:
-    import math
-
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def positive_int(value, name: str, allow_none: bool = False, minimum: int = 1) -> tuple[bool, str]:
-    if value is None and allow_none:
-        return True, ""
-    ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
-    return ok, f"{name} must be an integer >= {minimum}{' or null' if allow_none else ''}, got {value!r}"
-
-
-def number_in(value, name: str, low: float | None = None, high: float | None = None, allow_none: bool = False,
-              low_open: bool = False, high_open: bool = False) -> tuple[bool, str]:
-    """``(ok, message)`` for a finite number in [low, high] (open ends with ``low_open`` / ``high_open``)."""
-    if value is None and allow_none:
-        return True, ""
-    ok = _finite(value)
-    if ok and low is not None:
-        ok = value > low if low_open else value >= low
-    if ok and high is not None:
-        ok = value < high if high_open else value <= high
-    lo = "" if low is None else f"{'>' if low_open else '>='} {low:g}"
-    hi = "" if high is None else f"{'<' if high_open else '<='} {high:g}"
-    rng = " and ".join(p for p in (lo, hi) if p) or "finite"
-    return ok, f"{name} must be a number {rng}{' or null' if allow_none else ''}, got {value!r}"
-
-
 def training_argument_checks(args) -> list[tuple[bool, str]]:
     """Checks of the TrainingArguments options every trainer shares (batch sizes, learning rate, ...)."""
     return [
-        positive_int(args.per_device_train_batch_size, "per_device_train_batch_size"),
-        positive_int(args.gradient_accumulation_steps, "gradient_accumulation_steps"),
-        number_in(args.learning_rate, "learning_rate", low=0),
-        number_in(args.weight_decay, "weight_decay", low=0),
-        number_in(args.max_grad_norm, "max_grad_norm", low=0, allow_none=True),
-        number_in(getattr(args, "max_train_minutes", None), "max_train_minutes", low=0, allow_none=True),
+        int_option(args.per_device_train_batch_size, "per_device_train_batch_size"),
+        int_option(args.gradient_accumulation_steps, "gradient_accumulation_steps"),
+        number_option(args.learning_rate, "learning_rate", low=0),
+        number_option(args.weight_decay, "weight_decay", low=0),
+        number_option(args.max_grad_norm, "max_grad_norm", low=0, allow_none=True),
+        number_option(getattr(args, "max_train_minutes", None), "max_train_minutes", low=0, allow_none=True),
     ]
 
 
@@ -153,13 +115,6 @@ def run_fingerprint(cfg, keys, files: dict | None = None) -> dict:
         out[name] = os.path.abspath(path)
         out[f"{name}_sha256"] = file_digest(path) if os.path.isfile(path) else None
     return out
-
-
-def check_model_path(name_or_path: str | None, what: str = "model_name_or_path") -> None:
-    """A value written as a local path must exist (see :func:`routers.models.check_local_model_path`)."""
-    from routers.models import check_local_model_path
-
-    check_local_model_path(name_or_path, what)
 
 
 def check_start(cfg, kind: str, resume: str | None, fingerprint: dict, protect: tuple = ()) -> None:

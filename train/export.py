@@ -47,9 +47,9 @@ class RetrieverExportConfig:
     temperature: float | None = None
 
     def __post_init__(self):
-        from train.distributed import number_in, option_problems, raise_option_problems
+        from routers.validation import number_option, option_problems, raise_option_problems
 
-        raise_option_problems(option_problems([number_in(self.temperature, "temperature", low=0, low_open=True,
+        raise_option_problems(option_problems([number_option(self.temperature, "temperature", low=0, low_open=True,
                                                          allow_none=True)]))
 
 
@@ -71,10 +71,10 @@ class MemAgentExportConfig:
 
 def check_threshold_options(max_input_tokens: int, **thresholds) -> None:
     """Thresholds in [0, 1] and a positive input budget (parse time: ``parse_config`` names the source)."""
-    from train.distributed import number_in, option_problems, positive_int, raise_option_problems
+    from routers.validation import int_option, number_option, option_problems, raise_option_problems
 
-    raise_option_problems(option_problems([*(number_in(v, k, low=0, high=1) for k, v in thresholds.items()),
-                                           positive_int(max_input_tokens, "max_input_tokens")]))
+    raise_option_problems(option_problems([*(number_option(v, k, low=0, high=1) for k, v in thresholds.items()),
+                                           int_option(max_input_tokens, "max_input_tokens")]))
 
 
 # -- checks before any model loads ----------------------------------------------------------------------------
@@ -112,7 +112,7 @@ def load_checkpoint(checkpoint: str, base_model: str | None = None):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from routers.models import load_causal_lm
-    from train.distributed import check_model_path
+    from routers.models import check_local_model_path
 
     ckpt = check_checkpoint(checkpoint)
     adapter_cfg = ckpt / "adapter_config.json"
@@ -131,7 +131,7 @@ def load_checkpoint(checkpoint: str, base_model: str | None = None):
             base = load_yaml(summary).get("model_name_or_path", base)
         if not base:
             raise ValueError(f"{checkpoint}: a LoRA adapter that does not name its base model; pass --base_model")
-        check_model_path(base, "base model")
+        check_local_model_path(base, "base model")
         model, tok = load_causal_lm(base)
         model = PeftModel.from_pretrained(model, str(ckpt)).merge_and_unload()
         if (ckpt / "tokenizer_config.json").exists():
@@ -156,7 +156,7 @@ def _retriever_router(cfg: RetrieverExportConfig, training: dict | None):
     import train.retriever as trainer  # heavy (sentence-transformers); load_model looked up at call time
     from routers.retriever import RetrieverConfig, RetrieverRouter
     from routers.config import load_yaml
-    from train.distributed import number_in
+    from routers.validation import number_option
 
     ckpt = Path(cfg.checkpoint)
     base, temp, source = cfg.base_model, cfg.temperature, "--temperature"
@@ -167,7 +167,7 @@ def _retriever_router(cfg: RetrieverExportConfig, training: dict | None):
             if temp is None:
                 temp, source = data.get("temperature"), str(resolved)
             break
-    ok, msg = number_in(temp, f"{source}: temperature", low=0, low_open=True, allow_none=True)
+    ok, msg = number_option(temp, f"{source}: temperature", low=0, low_open=True, allow_none=True)
     if not ok:
         raise ValueError(msg)
     model = trainer.load_model(str(ckpt))

@@ -29,8 +29,9 @@ from routers.models import DEFAULT_CAUSAL_LM
 from routers.config import check_resume_value
 from train.args import LoraArgs, RunArgs
 from train.checkpoints import resolve_resume, time_budget_callback
-from train.distributed import (check_model_path, check_start, number_in, option_problems, positive_int,
-                               raise_option_problems, run_fingerprint, training_argument_checks)
+from routers.models import check_local_model_path
+from routers.validation import int_option, number_option, option_problems, raise_option_problems
+from train.distributed import check_start, run_fingerprint, training_argument_checks
 
 PHASES = ("begin", "in", "end")
 ROLES = {"system", "user", "assistant"}
@@ -71,18 +72,18 @@ class MemAgentSFTConfig(LoraArgs, RunArgs, SFTConfig):
             *training_argument_checks(self),
             (any(phase_file(f) for f in (self.begin_file, self.in_file, self.end_file)),
              "begin_file, in_file and end_file are all 'none': nothing to train on"),
-            positive_int(self.max_begin_samples, "max_begin_samples", allow_none=True, minimum=0),
-            positive_int(self.max_in_samples, "max_in_samples", allow_none=True, minimum=0),
-            positive_int(self.max_end_samples, "max_end_samples", allow_none=True, minimum=0),
-            number_in(self.min_reward, "min_reward", allow_none=True),
-            positive_int(self.lora_r, "lora_r"),
-            number_in(self.lora_alpha, "lora_alpha", low=0, low_open=True),
-            number_in(self.lora_dropout, "lora_dropout", low=0, high=1, high_open=True),
+            int_option(self.max_begin_samples, "max_begin_samples", allow_none=True, minimum=0),
+            int_option(self.max_in_samples, "max_in_samples", allow_none=True, minimum=0),
+            int_option(self.max_end_samples, "max_end_samples", allow_none=True, minimum=0),
+            number_option(self.min_reward, "min_reward", allow_none=True),
+            int_option(self.lora_r, "lora_r"),
+            number_option(self.lora_alpha, "lora_alpha", low=0, low_open=True),
+            number_option(self.lora_dropout, "lora_dropout", low=0, high=1, high_open=True),
             (bool(self.lora_target_modules), "lora_target_modules must not be empty"),
-            number_in(self.in_threshold, "in_threshold", low=0, high=1),
-            number_in(self.end_threshold, "end_threshold", low=0, high=1),
-            positive_int(self.router_max_input_tokens, "router_max_input_tokens"),
-            positive_int(self.max_length, "max_length", allow_none=True),
+            number_option(self.in_threshold, "in_threshold", low=0, high=1),
+            number_option(self.end_threshold, "end_threshold", low=0, high=1),
+            int_option(self.router_max_input_tokens, "router_max_input_tokens"),
+            int_option(self.max_length, "max_length", allow_none=True),
         ]))
         super().__post_init__()
 
@@ -274,7 +275,7 @@ def build_model(cfg: MemAgentSFTConfig):
 def prepare_run(cfg: MemAgentSFTConfig) -> tuple[dict, str | None]:
     """Everything that can fail on user input without a model: the phase files (read and validated), the
     model path, the export target, and the checkpoint to resume with its fingerprint."""
-    check_model_path(cfg.model_name_or_path)
+    check_local_model_path(cfg.model_name_or_path, "model_name_or_path")
     phases = read_phases(cfg)
     resume = resolve_resume(cfg)
     files = {f"{ph}_file": phase_file(f) for ph, f in (("begin", cfg.begin_file), ("in", cfg.in_file),

@@ -47,8 +47,9 @@ from routers.models import DEFAULT_ENCODER
 from routers.config import check_resume_value
 from train.args import RunArgs
 from train.checkpoints import resolve_resume, time_budget_callback
-from train.distributed import (check_model_path, check_start, check_world_size, cpu_ddp_defaults, number_in,
-                               option_problems, positive_int, raise_option_problems, run_fingerprint,
+from routers.models import check_local_model_path
+from routers.validation import int_option, number_option, option_problems, raise_option_problems
+from train.distributed import (check_start, check_world_size, cpu_ddp_defaults, run_fingerprint,
                                training_argument_checks, warn_if_fsdp_ignored)
 from train.retriever_losses import IGNORE, POSITIVE, MultiPositiveInfoNCELoss, pack_labels
 
@@ -84,15 +85,15 @@ class RetrieverTrainingConfig(RunArgs, SentenceTransformerTrainingArguments):
         check_resume_value(self.resume)
         raise_option_problems(option_problems([
             *training_argument_checks(self),
-            positive_int(self.max_train_samples, "max_train_samples", allow_none=True),
+            int_option(self.max_train_samples, "max_train_samples", allow_none=True),
             (isinstance(self.positives_per_query, int), f"positives_per_query must be an integer (<= 0: all), "
                                                         f"got {self.positives_per_query!r}"),
             (isinstance(self.negatives_per_query, int), f"negatives_per_query must be an integer (< 0: all), "
                                                         f"got {self.negatives_per_query!r}"),
-            number_in(self.temperature, "temperature", low=0, low_open=True),
-            positive_int(self.mini_batch_size, "mini_batch_size", allow_none=True),
-            positive_int(self.candidate_chunk_size, "candidate_chunk_size", allow_none=True, minimum=0),
-            positive_int(self.max_seq_length, "max_seq_length", allow_none=True),
+            number_option(self.temperature, "temperature", low=0, low_open=True),
+            int_option(self.mini_batch_size, "mini_batch_size", allow_none=True),
+            int_option(self.candidate_chunk_size, "candidate_chunk_size", allow_none=True, minimum=0),
+            int_option(self.max_seq_length, "max_seq_length", allow_none=True),
         ]))
         super().__post_init__()
 
@@ -291,7 +292,7 @@ def main(argv=None):
     (cfg,) = parse_config(parser, [RetrieverTrainingConfig], argv)
     set_seed(cfg.seed)
     # Data, paths, export target and resume fingerprint first: they fail in seconds, the encoder load does not.
-    check_model_path(cfg.model_name_or_path)
+    check_local_model_path(cfg.model_name_or_path, "model_name_or_path")
     recs = read_records(cfg)
     resume = resolve_resume(cfg)
     check_start(cfg, "retriever", resume, run_fingerprint(cfg, FINGERPRINT_KEYS, {"train_file": cfg.train_file}),

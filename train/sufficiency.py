@@ -27,8 +27,9 @@ from routers.sufficiency import NO_WORDS, YES_WORDS, build_prompt, last_token_lo
 from routers.config import check_resume_value
 from train.args import LoraArgs, RunArgs
 from train.checkpoints import resolve_resume, time_budget_callback
-from train.distributed import (check_model_path, check_start, check_world_size, cpu_ddp_defaults, number_in,
-                               option_problems, positive_int, raise_option_problems, resolve_attn_implementation,
+from routers.models import check_local_model_path
+from routers.validation import int_option, number_option, option_problems, raise_option_problems
+from train.distributed import (check_start, check_world_size, cpu_ddp_defaults, resolve_attn_implementation,
                                run_fingerprint, training_argument_checks, warn_if_fsdp_ignored)
 from train.frozen_prefix import (check_split, decoder_of, freeze_all_but_top, layer_slice, linear_module_names,
                                  lower_states, num_layers, pad_states)
@@ -79,18 +80,18 @@ class SufficiencyTrainingConfig(LoraArgs, RunArgs, TrainingArguments):
         check_resume_value(self.resume)
         problems = option_problems([
             *training_argument_checks(self),
-            positive_int(self.max_length, "max_length"),
-            positive_int(self.max_train_samples, "max_train_samples", allow_none=True),
-            positive_int(self.lora_r, "lora_r"),
-            number_in(self.lora_alpha, "lora_alpha", low=0, low_open=True),
-            number_in(self.lora_dropout, "lora_dropout", low=0, high=1, high_open=True),
+            int_option(self.max_length, "max_length"),
+            int_option(self.max_train_samples, "max_train_samples", allow_none=True),
+            int_option(self.lora_r, "lora_r"),
+            number_option(self.lora_alpha, "lora_alpha", low=0, low_open=True),
+            number_option(self.lora_dropout, "lora_dropout", low=0, high=1, high_open=True),
             (bool(self.lora_target_modules), "lora_target_modules must not be empty"),
-            number_in(self.lambda_rep, "lambda_rep", low=0),
-            number_in(self.s0, "s0", low=0, low_open=True, allow_none=True),
-            number_in(self.threshold, "threshold", low=0, high=1),
-            positive_int(self.router_max_input_tokens, "router_max_input_tokens"),
+            number_option(self.lambda_rep, "lambda_rep", low=0),
+            number_option(self.s0, "s0", low=0, low_open=True, allow_none=True),
+            number_option(self.threshold, "threshold", low=0, high=1),
+            int_option(self.router_max_input_tokens, "router_max_input_tokens"),
             (self.use_lora or not self.init_adapter, "init_adapter needs use_lora: true"),
-            positive_int(self.train_top_layers, "train_top_layers", allow_none=True),
+            int_option(self.train_top_layers, "train_top_layers", allow_none=True),
             (self.train_top_layers is None or not self.lambda_rep,
              "train_top_layers needs lambda_rep 0: distillation reads a middle layer, which the frozen-prefix path "
              "never runs again (the student's and teacher's states there are identical)"),
@@ -354,9 +355,9 @@ def export_router(model, tokenizer, cfg: SufficiencyTrainingConfig, export_dir: 
 def prepare_run(cfg: SufficiencyTrainingConfig) -> tuple[list[dict], str | None]:
     """Everything that can fail on user input without a model: the samples (read and validated), the
     local model / adapter paths, the export target, and the checkpoint to resume with its fingerprint."""
-    check_model_path(cfg.model_name_or_path)
+    check_local_model_path(cfg.model_name_or_path, "model_name_or_path")
     if cfg.teacher_model_name_or_path:
-        check_model_path(cfg.teacher_model_name_or_path, "teacher_model_name_or_path")
+        check_local_model_path(cfg.teacher_model_name_or_path, "teacher_model_name_or_path")
     if cfg.init_adapter and not (Path(cfg.init_adapter) / "adapter_config.json").is_file():
         raise FileNotFoundError(f"init_adapter {cfg.init_adapter}: no adapter_config.json (expected a LoRA output_dir)")
     records = read_samples(cfg.train_file)

@@ -4,7 +4,6 @@ other modules of :mod:`eval.progressive`: the default taus, the two router names
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from routers.models import DEFAULT_CAUSAL_LM, DEFAULT_ENCODER
 from routers.config import ConfigError
