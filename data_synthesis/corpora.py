@@ -7,6 +7,8 @@
   sentence; supporting facts are the evidence.
 * TextWorld (MIT, Microsoft): trajectories of generated cooking games with evidence-exact QA, written by
   ``memroute synth textworld`` (:mod:`data_synthesis.textworld_corpus`); one episode per game.
+* Your own data (``episodes``): Episode records as JSONL, a JSON list, parquet or a Hub dataset id, every bad
+  record reported (:mod:`data_synthesis.episodes_corpus`; ``memroute validate FILE`` checks a file).
 """
 
 from __future__ import annotations
@@ -223,6 +225,36 @@ def split_episodes(episodes: list[Episode], eval_fraction: float = 0.2, seed: in
     return [e for e in episodes if e.episode_id not in ids], [e for e in episodes if e.episode_id in ids]
 
 
+DEFAULT_EVAL_FRACTION = 0.2
+
+
+def held_out_split(episodes: list[Episode], eval_episodes: list[str] | None = None,
+                   eval_fraction: float | None = None, seed: int = 0,
+                   name: str = "the corpus") -> tuple[list[Episode], list[Episode]]:
+    """(train, held-out) episodes: the held-out ones named (``eval_episodes``) or a seeded share of whole episodes
+    (``eval_fraction``, default 0.2 when neither is given). Both given, unknown ids or an empty side are errors."""
+    if eval_episodes is not None and eval_fraction is not None:
+        raise ValueError("give eval_episodes or eval_fraction, not both")
+    if eval_episodes is not None:
+        known = {e.episode_id for e in episodes}
+        unknown = sorted(set(eval_episodes) - known)
+        if not eval_episodes or unknown:
+            raise ValueError(f"eval_episodes {unknown or '[]'} are not episodes of {name} (it has "
+                             f"{sorted(known)[:8]}{' ...' if len(known) > 8 else ''})")
+        train, held = split_episodes(episodes, eval_ids=list(eval_episodes))
+        how = f"eval_episodes {list(eval_episodes)[:5]}"
+    else:
+        fraction = DEFAULT_EVAL_FRACTION if eval_fraction is None else eval_fraction
+        if not 0.0 < fraction < 1.0:
+            raise ValueError(f"eval_fraction must be in (0, 1), got {fraction}")
+        train, held = split_episodes(episodes, fraction, seed)
+        how = f"eval_fraction {fraction} of {len(episodes)} episode(s) (an episode is never split)"
+    for split, eps in (("train", train), ("held-out", held)):
+        if not eps:
+            raise ValueError(f"{name}: the {split} split would have no episodes with {how}")
+    return train, held
+
+
 def sample_qa(episode: Episode, cap: int | None, seed: int = 0) -> list[QA]:
     """Up to ``cap`` questions of an episode, drawn at random (seeded, per episode) and kept in file order.
 
@@ -249,4 +281,8 @@ def load_corpus(name: str, path: str | None = None, **kwargs) -> list[Episode]:
             raise ValueError("textworld needs a path: the output_dir of `memroute synth textworld` "
                              "(e.g. outputs/textworld) or its episodes.jsonl")
         return load_textworld(path, **kwargs)
-    raise ValueError(f"unknown corpus {name!r}; choose 'locomo', 'hotpotqa' or 'textworld'")
+    if name == "episodes":
+        from data_synthesis.episodes_corpus import load_episodes
+
+        return load_episodes(path, **kwargs)
+    raise ValueError(f"unknown corpus {name!r}; choose 'locomo', 'hotpotqa', 'textworld' or 'episodes'")

@@ -17,7 +17,8 @@ Sources: LoCoMo (held-out conversations ``eval_episodes``, default conv-26 and c
 sufficiency quickstart), the HotpotQA subset (supporting sentences are the evidence; one episode
 per question; ``hotpotqa_eval_fraction`` of them held out, default none) and TextWorld trajectories
 written by ``memroute synth textworld`` (``textworld_path``; ``textworld_eval_fraction`` of the games
-held out).
+held out), and your own Episode corpus (``corpora: [episodes]``, ``episodes_path``; held out by
+``episodes_eval_episodes`` or ``episodes_eval_fraction``, default 0.2 of the episodes).
 
 Output (``output_dir``): ``train.jsonl`` / ``eval.jsonl`` with one record per question::
 
@@ -44,7 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
-from data_synthesis.corpora import load_hotpotqa, load_locomo, sample_qa, split_episodes
+from data_synthesis.corpora import held_out_split, load_hotpotqa, load_locomo, sample_qa, split_episodes
+from data_synthesis.episodes_corpus import load_episodes
 from data_synthesis.retriever_records import RECORD_FIELDS, SCHEMA_VERSION, build_record, evidence_problem
 from data_synthesis.retriever_records import (  # noqa: F401 (the record reader's home before the split)
     load_retriever_dataset, read_retriever_records)
@@ -64,7 +66,7 @@ class RetrieverSynthConfig:
 
     output_dir: str = "outputs/retriever_data"
     corpora: list[str] = field(default_factory=lambda: ["locomo", "hotpotqa"],
-                               metadata={"help": "any of: locomo, hotpotqa, textworld"})
+                               metadata={"help": "any of: locomo, hotpotqa, textworld, episodes"})
     locomo_path: str | None = field(default=None, metadata={"help": "defaults to the LoCoMo file shipped in the package"})
     hotpotqa_path: str = field(default=DEFAULT_HOTPOTQA, metadata={"help": "HotpotQA subset (JSON list)"})
     eval_episodes: list[str] = field(default_factory=lambda: ["conv-26", "conv-30"],
@@ -73,6 +75,11 @@ class RetrieverSynthConfig:
     textworld_path: str = field(default="outputs/textworld",
                                 metadata={"help": "output_dir of `memroute synth textworld` (or its episodes.jsonl)"})
     textworld_eval_fraction: float = field(default=0.2, metadata={"help": "share of TextWorld games held out"})
+    episodes_path: str | None = field(default=None, metadata={
+        "help": "your own corpus (corpora: [episodes]): Episode JSONL / JSON list / parquet file or Hub dataset id"})
+    episodes_eval_episodes: list[str] | None = field(default=None, metadata={"help": "held-out episodes of episodes_path"})
+    episodes_eval_fraction: float | None = field(default=None, metadata={
+        "help": "share of episodes_path's episodes held out (seeded; 0.2 when episodes_eval_episodes is unset too)"})
     split_seed: int = 0
     seed: int = 0
     max_qa_per_episode: int | None = field(default=None, metadata={"help": "cap per episode (both splits)"})
@@ -99,6 +106,12 @@ class RetrieverSynthConfig:
             raise ValueError(f"corpora: unknown {unknown}; choose from {list(CORPORA)}")
         if len(set(self.corpora)) != len(self.corpora):
             raise ValueError(f"corpora: each corpus once, got {self.corpora}")
+        if "episodes" in self.corpora and not self.episodes_path:
+            raise ValueError("corpora has 'episodes': set episodes_path (an Episode JSONL / parquet file or Hub id)")
+        if self.episodes_eval_episodes is not None and self.episodes_eval_fraction is not None:
+            raise ValueError("give episodes_eval_episodes or episodes_eval_fraction, not both")
+        if self.episodes_eval_fraction is not None and not 0.0 < self.episodes_eval_fraction < 1.0:
+            raise ValueError(f"episodes_eval_fraction must be in (0, 1), got {self.episodes_eval_fraction}")
         check_positive(self, "max_qa_per_episode", "window_size", "max_positives", "hard_pool", "encode_batch_size")
         check_non_negative(self, "bm25_negatives", "dense_negatives", "window_negatives", "neighbour_exclusion")
         for name in ("hotpotqa_eval_fraction", "textworld_eval_fraction"):
@@ -106,7 +119,7 @@ class RetrieverSynthConfig:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
 
 
-CORPORA = ("locomo", "hotpotqa", "textworld")
+CORPORA = ("locomo", "hotpotqa", "textworld", "episodes")
 # options that only change batching / where the files go, not which records are made
 NOT_FINGERPRINTED = ("output_dir", "encode_batch_size", "resume")
 
@@ -120,9 +133,9 @@ def _split_by_fraction(episodes: list[Episode], fraction: float, seed: int) -> t
 def load_corpora(cfg: RetrieverSynthConfig, load_stats: dict[str, LoadStats]) -> tuple[list[Episode], list[Episode]]:
     """The train and held-out episodes of every configured corpus; empty corpora and splits are errors."""
     train, held = [], []
-    unknown = [c for c in cfg.corpora if c not in ("locomo", "hotpotqa", "textworld")]
+    unknown = [c for c in cfg.corpora if c not in CORPORA]
     if unknown or not cfg.corpora:
-        raise ValueError(f"corpora: unknown {unknown}; choose from ['locomo', 'hotpotqa', 'textworld']")
+        raise ValueError(f"corpora: unknown {unknown}; choose from {list(CORPORA)}")
 
     def nonempty(eps: list[Episode], name: str, path) -> list[Episode]:
         if not eps:
@@ -152,6 +165,13 @@ def load_corpora(cfg: RetrieverSynthConfig, load_stats: dict[str, LoadStats]) ->
         tr, ev = _split_by_fraction(eps, cfg.textworld_eval_fraction, cfg.split_seed)
         train += tr
         held += ev
+    if "episodes" in cfg.corpora:
+        eps = nonempty(load_episodes(cfg.episodes_path, stats=load_stats.setdefault("episodes", LoadStats())),
+                       "episodes", cfg.episodes_path)
+        tr, ev = held_out_split(eps, cfg.episodes_eval_episodes, cfg.episodes_eval_fraction, cfg.split_seed,
+                                name=f"corpus episodes ({cfg.episodes_path})")
+        train += tr
+        held += ev
     for split, eps in (("train", train), ("eval", held)):
         usable = sum(1 for ep in eps for qa in sample_qa(ep, cfg.max_qa_per_episode, cfg.seed)
                      if evidence_problem(ep, qa)[0] is None)
@@ -170,7 +190,8 @@ def prepare(cfg: RetrieverSynthConfig) -> tuple[list[Episode], list[Episode], di
 
     load_stats: dict[str, LoadStats] = {}
     train_eps, eval_eps = load_corpora(cfg, load_stats)
-    fp = {k: v for k, v in asdict(cfg).items() if k not in NOT_FINGERPRINTED}
+    fp = {k: v for k, v in asdict(cfg).items() if k not in NOT_FINGERPRINTED
+          and not (k.startswith("episodes_") and v is None)}  # unset: earlier runs' fingerprints stay valid
     prepare_output(cfg.output_dir, fp, cfg.resume, resumable=["train.jsonl", "eval.jsonl"],
                    derived=["stats.json", "manifest.json"], what="retriever synthesis")
     return train_eps, eval_eps, load_stats

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_synthesis.corpora import load_corpus, sample_qa, split_episodes
+from data_synthesis.corpora import DEFAULT_EVAL_FRACTION, load_corpus, sample_qa, split_episodes
 from data_synthesis.sufficiency_samples import (RECORD_FIELDS, SCHEMA_VERSION, DistractorMiner, answer_conversation,
                                                 build_candidates, build_prefix_candidate, teacher_conversation)
 from data_synthesis.sufficiency_samples import (  # noqa: F401 (the sample reader's home before the split)
@@ -54,10 +54,14 @@ class SufficiencySynthConfig:
     """Options of ``memroute synth sufficiency`` (YAML recipe + CLI overrides)."""
 
     output_dir: str = "outputs/sufficiency_data"
-    corpus: str = field(default="locomo", metadata={"help": "locomo, hotpotqa or textworld"})
-    corpus_path: str | None = field(default=None, metadata={"help": "defaults to the LoCoMo file shipped in the package"})
-    eval_fraction: float = 0.2
-    eval_episodes: list[str] | None = field(default=None, metadata={"help": "explicit held-out episode ids"})
+    corpus: str = field(default="locomo", metadata={"help": "locomo, hotpotqa, textworld or episodes (your own data)"})
+    corpus_path: str | None = field(default=None, metadata={
+        "help": "defaults to the LoCoMo file shipped in the package; episodes: a JSONL / JSON / parquet file or Hub id"})
+    eval_fraction: float | None = field(default=None, metadata={
+        "help": f"share of whole episodes held out (seeded by split_seed); {DEFAULT_EVAL_FRACTION} when eval_episodes "
+                "is unset too"})
+    eval_episodes: list[str] | None = field(default=None, metadata={
+        "help": "explicit held-out episode ids (instead of eval_fraction)"})
     split_seed: int = 0
     seed: int = 0
     max_qa_per_episode: int | None = field(default=None, metadata={"help": "cap per episode (train split)"})
@@ -90,11 +94,13 @@ class SufficiencySynthConfig:
         check_resume_value(self.resume)
         if self.corpus not in CORPORA:
             raise ValueError(f"unknown corpus {self.corpus!r}; choose {', '.join(map(repr, CORPORA))}")
-        if not 0.0 < self.eval_fraction < 1.0:
+        if self.eval_fraction is not None and not 0.0 < self.eval_fraction < 1.0:
             raise ValueError(f"eval_fraction must be in (0, 1), got {self.eval_fraction}")
         if self.eval_episodes is not None and not self.eval_episodes:
             raise ValueError("eval_episodes is an empty list: name the held-out episodes, or leave it unset "
                              "to hold out eval_fraction of them")
+        if self.eval_fraction is not None and self.eval_episodes is not None:
+            raise ValueError("give eval_episodes or eval_fraction, not both")
         check_positive(self, "max_qa_per_episode", "max_eval_qa_per_episode", "qa_chunk", "answer_batch_size",
                        "hard_pool")
         check_non_negative(self, "distractors_min", "distractors_max", "entity_bonus")
@@ -109,7 +115,7 @@ class SufficiencySynthConfig:
                              "set prefix_top_k (e.g. [3, 5]) or intervention_samples: true")
 
 
-CORPORA = ("locomo", "hotpotqa", "textworld")
+CORPORA = ("locomo", "hotpotqa", "textworld", "episodes")
 # options that only change batching / where the files go, not which records are made
 NOT_FINGERPRINTED = ("output_dir", "qa_chunk", "answer_batch_size", "resume")
 
@@ -257,16 +263,19 @@ def prepare(cfg: SufficiencySynthConfig) -> Plan:
         if unknown:
             raise ValueError(f"eval_episodes {unknown} are not episodes of {name} (it has "
                              f"{sorted(known)[:8]}{' ...' if len(known) > 8 else ''})")
-    train_eps, eval_eps = split_episodes(episodes, cfg.eval_fraction, cfg.split_seed, cfg.eval_episodes)
+    fraction = DEFAULT_EVAL_FRACTION if cfg.eval_fraction is None else cfg.eval_fraction
+    train_eps, eval_eps = split_episodes(episodes, fraction, cfg.split_seed, cfg.eval_episodes)
     for split, eps, cap in (("train", train_eps, cfg.max_qa_per_episode), ("eval", eval_eps, cfg.max_eval_qa_per_episode)):
         if not eps:
             why = (f"{name} has only {len(episodes)} episode(s), and an episode is never split between train and eval"
-                   if len(episodes) < 2 else "eval_episodes names every episode of the corpus")
+                   if len(episodes) < 2 else "eval_episodes names every episode of the corpus"
+                   if cfg.eval_episodes is not None else f"eval_fraction {fraction} of {len(episodes)} episodes")
             raise ValueError(f"the {split} split would have no episodes: {why}")
         if not sum(len(sample_qa(ep, cap, cfg.seed)) for ep in eps):
             raise ValueError(f"the {split} split would have 0 samples: its {len(eps)} episode(s) "
                              f"{[e.episode_id for e in eps][:5]} have no usable question")
     fp = {k: v for k, v in asdict(cfg).items() if k not in NOT_FINGERPRINTED}
+    fp["eval_fraction"] = fraction  # as stored before it could be unset: earlier runs stay resumable
     prepare_output(cfg.output_dir, fp, cfg.resume, resumable=["train.jsonl", "eval.jsonl", "discarded.jsonl"],
                    derived=["stats.json", "manifest.json"], what="sufficiency synthesis")
     return Plan(train_eps, eval_eps, load_stats)

@@ -61,8 +61,9 @@ class RetrievalEvalConfig:
     trained_encoder: str | None = field(default="outputs/retriever_minilm/export", metadata={
         "help": "Trained retriever (RetrieverRouter export or any sentence-transformers folder); 'none' skips it."})
     base_encoder: str = field(default=DEFAULT_ENCODER, metadata={"help": "Baseline encoder (alias, HF id or path)."})
-    corpus: str = field(default="locomo", metadata={"help": "locomo or hotpotqa"})
-    corpus_path: str | None = field(default=None, metadata={"help": "default: the bundled LoCoMo"})
+    corpus: str = field(default="locomo", metadata={"help": "locomo, hotpotqa, textworld or episodes (your own data)"})
+    corpus_path: str | None = field(default=None, metadata={
+        "help": "default: the bundled LoCoMo; episodes: an Episode JSONL / JSON / parquet file or Hub dataset id"})
     eval_episodes: list[str] | None = field(default_factory=lambda: ["conv-26", "conv-30"], metadata={
         "help": "Held-out episodes (must not be in the retriever's training data); None (or 'all') = all."})
     systems: list[str] = field(default_factory=lambda: list(SYSTEMS))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sys
 import threading
 import time
@@ -80,7 +81,11 @@ class TransformersBackend:
         for start in range(0, len(conversations), self.batch_size):
             chunk = conversations[start:start + self.batch_size]
             prompts = [tok.apply_chat_template(list(c), tokenize=False, add_generation_prompt=True) for c in chunk]
+            # Keep the END of an over-long prompt (as fill_form does): the chat template's generation header
+            # and the latest turn come last; right truncation would cut them and the model would go on writing
+            # the user's text.
             tok.padding_side = "left"
+            tok.truncation_side = "left"
             enc = tok(prompts, return_tensors="pt", padding=True, truncation=True,
                       max_length=self.max_input_tokens, add_special_tokens=False).to(model.device)
             with torch.inference_mode():
@@ -163,7 +168,10 @@ def warn_if_key_sent_in_clear(base_url: str) -> bool:
 class OpenAICompatibleBackend:
     """Client for an OpenAI-compatible ``/v1/chat/completions`` server (vLLM, SGLang, ...).
 
-    No network call happens until :meth:`generate`. Requests retry with exponential backoff.
+    No network call happens until :meth:`generate`. A connection error, timeout, unreadable reply, 408, 429 or
+    5xx is retried ``max_retries`` times: after the server's ``Retry-After`` (seconds or an HTTP date) when it sends
+    one, else after a jittered exponential backoff (``backoff * 2**attempt`` x a random factor in [0.5, 1.5]);
+    every wait is capped at ``max_backoff`` seconds. Other 4xx errors fail at once.
     ``concurrency`` > 1 sends the conversations of one :meth:`generate` call as concurrent requests
     (a thread pool; results keep input order), which is how a vLLM server batches them.
     """
@@ -174,6 +182,7 @@ class OpenAICompatibleBackend:
     timeout: float = 60.0
     max_retries: int = 3
     backoff: float = 1.0
+    max_backoff: float = 60.0
     temperature: float = 0.0
     concurrency: int = 1
     name: str = field(init=False)
@@ -205,11 +214,18 @@ class OpenAICompatibleBackend:
             except (urllib.error.URLError, TimeoutError, ConnectionError, json.JSONDecodeError) as err:
                 last = err
                 code = getattr(err, "code", None)
-                if code is not None and 400 <= code < 500 and code not in (408, 429):
+                if code is not None and not retryable_status(code):
                     break  # a client error will not go away by retrying
                 if attempt < self.max_retries:
-                    time.sleep(self.backoff * (2 ** attempt))
+                    time.sleep(self.retry_delay(attempt, getattr(err, "headers", None)))
         raise RuntimeError(self._scrub(f"{self.name}: request failed after {self.max_retries + 1} attempts: {last}"))
+
+    def retry_delay(self, attempt: int, headers=None) -> float:
+        """Seconds to wait before retry ``attempt + 1``: the server's Retry-After, else jittered exponential."""
+        after = retry_after_seconds(headers.get("Retry-After") if headers is not None else None)
+        if after is None:
+            after = self.backoff * (2 ** attempt) * random.uniform(0.5, 1.5)
+        return max(0.0, min(after, self.max_backoff))
 
     def _scrub(self, text: str) -> str:
         """``text`` with the API key masked (a server may echo request headers back in an error body)."""
@@ -260,6 +276,35 @@ class OpenAICompatibleBackend:
         enforce with guided decoding; a reply that still breaks the schema raises.
         """
         return self._map(lambda conv: self._fill(conv, fields, choices), list(conversations))
+
+
+def retryable_status(code: int) -> bool:
+    """Worth retrying: request timeout, rate limit, any server error."""
+    return code in (408, 429) or 500 <= code < 600
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """A ``Retry-After`` header (delay in seconds, or an HTTP date) as seconds from now; None when absent / bad."""
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    import datetime
+
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return max(0.0, (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds())
 
 
 def make_backend(spec: str | None, **kwargs) -> LLMBackend | None:

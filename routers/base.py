@@ -27,6 +27,8 @@ ROUTER_SCHEMA_VERSION = 1
 ROUTERS = {"sufficiency": "routers.sufficiency:SufficiencyRouter",
            "retriever": "routers.retriever:RetrieverRouter",
            "memagent": "routers.memagent.router:MemAgentRouter"}
+# MESA query-adaptive structure selector (issue 19): a policy.json export, no weights.
+ROUTERS["mesa_selector"] = "routers.mesa.selector:MesaSelector"
 
 
 
@@ -323,7 +325,10 @@ class ExportedRouter:
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, device: str | None = None, dtype=None):
         """Load an export: ``router_config.json`` (type, schema version, fields, values), ``calibration.json``
-        (optional; its thresholds override the config's), the weights files' headers, then the weights."""
+        (optional; its thresholds override the config's), the weights files' headers, then the weights.
+
+        ``dtype``: None = float32; ``"auto"`` = the dtype the export was written in (``config.json``); or a torch
+        dtype / its name (``"bfloat16"``, ``"bf16"``, ...)."""
         from routers.validation import check_safetensors_files
 
         path = Path(path)
@@ -335,6 +340,7 @@ class ExportedRouter:
             if key in calibration:
                 setattr(config, key, None if calibration[key] is None else float(calibration[key]))
         check_safetensors_files(path)
+        dtype = stored_dtype(path) if dtype == "auto" else torch_dtype(dtype)
         router = cls(**cls._load_weights(path, config, device=device, dtype=dtype), config=config,
                      calibration=calibration)
         router._check_loaded(path, raw)
@@ -384,6 +390,50 @@ class ExportedRouter:
     def model_card(self, metrics: dict | None = None, training: dict | None = None) -> str:
         """The README.md model card (``training`` / ``metrics`` become JSON sections)."""
         raise NotImplementedError
+
+
+DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
+          "fp16": "float16", "float16": "float16"}
+
+
+def torch_dtype(dtype):
+    """A torch dtype from a torch dtype, None, or a name (``fp32`` / ``bf16`` / ``fp16`` / ``float32`` ...)."""
+    if dtype is None or not isinstance(dtype, str):
+        return dtype
+    import torch
+
+    name = DTYPES.get(dtype.lower().removeprefix("torch."))
+    if name is None:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)} or 'auto', got {dtype!r:.40}")
+    return getattr(torch, name)
+
+
+def cast_weights(model, dtype):
+    """``model`` with its parameters and persistent floating buffers in ``dtype``, as ``from_pretrained(dtype=...)``
+    builds it: non-persistent buffers (rotary ``inv_freq``) keep their precision, which ``model.to(dtype)`` would
+    drop, so an export scores exactly like the same export loaded back in its dtype."""
+    dtype = torch_dtype(dtype)
+    if dtype is None:
+        return model
+    for module in model.modules():
+        for name, param in module.named_parameters(recurse=False):
+            if param.is_floating_point() and param.dtype != dtype:
+                param.data = param.data.to(dtype)
+        for name, buf in module.named_buffers(recurse=False):
+            if buf is not None and buf.is_floating_point() and name not in module._non_persistent_buffers_set:
+                setattr(module, name, buf.to(dtype))
+    return model
+
+
+def stored_dtype(path: str | os.PathLike):
+    """The dtype an export's weights were written in (``config.json`` ``dtype`` / ``torch_dtype``; for a
+    sentence-transformers folder or an adapter, the same file of the model inside), float32 when not recorded."""
+    path = Path(path)
+    for file in (path / "config.json", path / "0_Transformer" / "config.json"):
+        value = _json_field(file, "dtype") or _json_field(file, "torch_dtype") if file.is_file() else None
+        if isinstance(value, str) and value.lower().removeprefix("torch.") in DTYPES:
+            return torch_dtype(value)
+    return torch_dtype("float32")
 
 
 def check_router_dir(router: str | os.PathLike, router_type: str, option: str = "--router") -> dict:

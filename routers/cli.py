@@ -28,7 +28,10 @@ SINGLE = {
     "quickstart": "eval.quickstart:main",
     "bench": "eval.bench:main",
     "check-device": "eval.device_check:cli_main",
+    "validate": "data_synthesis.validate:main",
+    "push": "routers.push:main",
 }
+ONLINE = {"push"}  # every other command runs offline on the embedded models unless HF_HUB_OFFLINE is set
 USAGE = """usage: memroute <command> [target] [options]
 
 commands:
@@ -52,9 +55,12 @@ commands:
   quickstart             synth -> train -> export -> eval on LoCoMo with SmolLM2, end to end
   bench                  run the benchmarks and write a JSON + Markdown report
   check-device           bf16 training steps + export/reload of every router on this machine's accelerator
+  validate               check an Episode corpus (your own data): every bad record with file:line and field
+  push                   upload a router export to the Hugging Face Hub (--private, --revision)
 
 Each command accepts a YAML recipe (first argument or --config) and --help. memroute --version prints
-the version; --debug shows a full traceback on errors."""
+the version; --debug shows a full traceback on errors. Jobs run with HF_HUB_OFFLINE=1 unless you set it
+(HF_HUB_OFFLINE=0 lets a job download a Hub model id); push always goes online."""
 
 
 DEBUG_ENV = "MEMROUTE_DEBUG"
@@ -91,6 +97,12 @@ def run(argv: list[str]) -> int:
         print(f"memroute {_version()}")
         return 0
     cmd, rest = argv[0], argv[1:]
+    from routers.logs import setup_cli_logging
+    from routers.models import offline_by_default
+
+    setup_cli_logging()
+    if cmd not in ONLINE:
+        offline_by_default()
     if cmd in SINGLE:
         code = _call(SINGLE[cmd], rest)
         return code if isinstance(code, int) else 0

@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 
 SMOLLM2_ALIASES = {"smollm2", "smollm2-135m", "HuggingFaceTB/SmolLM2-135M-Instruct"}
@@ -92,10 +91,17 @@ def _convert_smollm2(target: Path) -> None:
         raise
 
 
+def smollm2_cache_path() -> Path:
+    """Where the converted SmolLM2 folder lives (not created here)."""
+    root = os.environ.get("MEMROUTE_CACHE") or os.path.join(Path.home(), ".cache", "memroute")
+    return Path(root) / "SmolLM2-135M-Instruct"
+
+
 def resolve_causal_lm(name_or_path: str) -> str:
     """Return something ``AutoModelForCausalLM.from_pretrained`` can load offline."""
     if name_or_path in SMOLLM2_ALIASES:
-        target = cache_dir() / "SmolLM2-135M-Instruct"
+        cache_dir()
+        target = smollm2_cache_path()
         if not (target / "config.json").exists():
             _convert_smollm2(target)
         return str(target)
@@ -136,30 +142,19 @@ def load_causal_lm(name_or_path: str, dtype=None, device=None):
     return model, tokenizer
 
 
-@contextmanager
-def hub_offline_default():
-    """``HF_HUB_OFFLINE=1`` unless the user set it, for the duration of the block only: the process
-    environment is restored afterwards (child processes and later Hub calls see what the user set).
-
-    huggingface_hub reads the variable once, when it is first imported; a first import inside the block
-    therefore still makes that process offline (as before), but the environment itself is not changed."""
-    key = "HF_HUB_OFFLINE"
-    if key in os.environ:
-        yield
-        return
-    os.environ[key] = "1"
-    try:
-        yield
-    finally:
-        os.environ.pop(key, None)
+def offline_by_default() -> None:
+    """``HF_HUB_OFFLINE=1`` unless the user set it. For CLI entry points only (``memroute`` jobs run offline on
+    the embedded models); library code never changes the process environment. ``memroute push`` does not call it."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def load_encoder(name_or_path: str = DEFAULT_ENCODER, device=None):
+    """A SentenceTransformer for an alias, Hub id or local path. The environment is left as the caller set it
+    (the embedded MiniLM is a local folder and needs no Hub; a Hub id follows the user's HF_HUB_OFFLINE)."""
     check_local_model_path(name_or_path, "encoder")
-    with hub_offline_default():
-        from sentence_transformers import SentenceTransformer
+    from sentence_transformers import SentenceTransformer
 
-        return SentenceTransformer(resolve_encoder(name_or_path), device=device)
+    return SentenceTransformer(resolve_encoder(name_or_path), device=device)
 
 
 def default_device() -> str:

@@ -15,14 +15,13 @@ Embeddings are L2-normalized, so scores are cosine similarities in [-1, 1].
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from routers.base import ROUTER_CONFIG, ExportedRouter, RouterConfigError, model_card_json_sections
+from routers.base import ROUTER_CONFIG, ExportedRouter, RouterConfigError, cast_weights
 from routers.memory.index import VectorIndex
 from routers.memory.schema import Episode, Step
 
@@ -106,15 +105,15 @@ class RetrieverRouter(ExportedRouter):
 
     @classmethod
     def _load_weights(cls, path: Path, config: RetrieverConfig, device: str | None = None, dtype=None) -> dict:
-        """The sentence-transformers folder (cast to ``dtype`` when one is given)."""
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        """The sentence-transformers folder in float32, or ``dtype`` (``"auto"``: as stored)."""
+        import torch
         from sentence_transformers import SentenceTransformer
 
         from routers.validation import load_errors
 
         with load_errors(path, "sentence-transformers model"):
             model = SentenceTransformer(str(path), device=device)
-        return {"model": model if dtype is None else model.to(dtype)}
+        return {"model": cast_weights(model, dtype or torch.float32)}
 
     def _check_loaded(self, path: Path, raw: dict) -> None:
         dim = raw.get("embedding_dim")
@@ -210,34 +209,59 @@ class RetrieverRouter(ExportedRouter):
                 "embedding_dim": self.dim, "normalized": True}
 
     def _save_weights(self, directory: Path) -> None:
-        self.model.save_pretrained(str(directory), create_model_card=False)
+        self.model.save_pretrained(str(directory), create_model_card=False)  # the card: model_card()
 
     def model_card(self, metrics: dict | None = None, training: dict | None = None) -> str:
         return default_model_card(self, metrics=metrics, training=training)
 
 
+USAGE = """from routers.retriever import RetrieverRouter
+r = RetrieverRouter.from_pretrained("path/to/this/dir")
+r.retrieve(question, r.build_index(episode.steps), k=5)   # [(step_id, cosine), ...]
+# or: SentenceTransformer("path/to/this/dir"); or HybridRetriever(encoder="path/to/this/dir")"""
+
+
+def sentence_transformers_card(model, base_id: str | None) -> str | None:
+    """The card sentence-transformers generates for ``model`` (no Hub look-ups), or None when it cannot."""
+    from routers.logs import get_logger
+
+    try:
+        try:
+            from sentence_transformers.base.model_card import generate_model_card  # sentence-transformers >= 6
+        except ImportError:
+            from sentence_transformers.model_card import generate_model_card
+        data = model.model_card_data
+        data.local_files_only = True  # no model_info / dataset_info calls from a library card
+        data.base_model = base_id
+        return generate_model_card(model)
+    except Exception as err:  # noqa: BLE001 - the card is documentation; the export must not fail over it
+        get_logger(__name__).warning("sentence-transformers model card skipped: %s", err)
+        return None
+
+
 def default_model_card(router: RetrieverRouter, metrics: dict | None = None, training: dict | None = None) -> str:
+    """sentence-transformers' own card with memroute's metadata merged in and a memroute section appended."""
+    from routers import cards
+
     cfg = router.config
-    lines = [
-        "---", "library_name: sentence-transformers", "pipeline_tag: sentence-similarity",
-        "tags: [memroute, router-mem, memory-retrieval, sentence-transformers, contrastive]",
-        f"base_model: {cfg.base_model}", "---", "",
-        "# Router-Mem evidence retriever", "",
+    title = "Router-Mem evidence retriever"
+    description = "\n".join([
         "A sentence encoder fine-tuned with multi-positive InfoNCE on evidence labels: for a question about",
         "an agent's memory (ordered steps), the evidence steps (and windows containing them) are pulled",
         "towards the question, semantically related non-evidence steps are pushed away. It is the dense",
-        "half of the Router-Mem fast retrieval prefix.", "",
-        "```python", "from routers.retriever import RetrieverRouter",
-        "r = RetrieverRouter.from_pretrained(\"path/to/this/dir\")",
-        "r.retrieve(question, r.build_index(episode.steps), k=5)   # [(step_id, cosine), ...]",
-        "# or: SentenceTransformer(\"path/to/this/dir\"); or HybridRetriever(encoder=\"path/to/this/dir\")",
-        "```", "",
-        f"- embedding dim {router.dim}, L2-normalized; steps embedded as `{cfg.step_format}`",
-        f"- max sequence length {cfg.max_seq_length}; training temperature T = {cfg.temperature}",
-    ]
-    lines += model_card_json_sections(training, metrics)
-    lines += ["", "## Data and licenses", "",
-              "Trained on pairs built from LoCoMo (Maharana et al., 2024, CC BY-NC 4.0: non-commercial use only)",
-              "and, when configured, a HotpotQA subset (Yang et al., 2018, CC BY-SA 4.0). The base encoder's license",
-              "(all-MiniLM-L6-v2: Apache-2.0) applies to the weights.", ""]
-    return "\n".join(lines)
+        "half of the Router-Mem fast retrieval prefix."])
+    details = [f"- embedding dim {router.dim}, L2-normalized; steps embedded as `{cfg.step_format}`",
+               f"- max sequence length {cfg.max_seq_length}; training temperature T = {cfg.temperature}"]
+    tags = ("router-mem", "memory-retrieval", "contrastive")
+    st_card = sentence_transformers_card(router.model, cards.hub_model_id(cfg.base_model))
+    if st_card is None:
+        return cards.build_card("retriever", title=title, description=description, usage=USAGE, details=details,
+                                base_model=cfg.base_model, training=training, metrics=metrics,
+                                library_name="sentence-transformers", extra_tags=tags)
+    from routers.base import model_card_json_sections
+
+    section = "\n".join([f"# memroute: {title}", "", description, "", "```python", USAGE, "```", "", *details,
+                         *model_card_json_sections(training, metrics), "", "## Data and licenses", "",
+                         cards.data_text(cards.training_corpora("retriever", training),
+                                         cards.hub_model_id(cfg.base_model))])
+    return cards.merge_card(st_card, "retriever", section, cfg.base_model, training, metrics, extra_tags=tags)

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import torch
 
-from routers.base import PROBABILITY, ROUTER_CONFIG, ExportedRouter, RouterConfigError, model_card_json_sections
+from routers.base import PROBABILITY, ROUTER_CONFIG, ExportedRouter, RouterConfigError
 from routers.models import left_pad, padding_safe_mask  # noqa: F401 (padding_safe_mask: re-exported for train/tests)
 
 YES_WORDS = ("yes", "Yes", "YES")
@@ -233,24 +233,23 @@ class SufficiencyRouter(ExportedRouter):
         return default_model_card(self, metrics=metrics, training=training)
 
 
+USAGE = """from routers.sufficiency import SufficiencyRouter
+router = SufficiencyRouter.from_pretrained("path/to/this/dir")
+s = router.score([question], [retrieved_context])
+router.decide(s)  # ['terminate'] or ['continue']"""
+
+
 def default_model_card(router: SufficiencyRouter, metrics: dict | None = None, training: dict | None = None) -> str:
+    from routers.cards import build_card
+
     cfg = router.config
-    lines = [
-        "---", "library_name: memroute", "tags: [memroute, router-mem, memory-router, sufficiency]",
-        f"base_model: {cfg.base_model}", "---", "",
-        "# Router-Mem evidence-sufficiency router", "",
-        "Decides, after a cheap retrieval prefix, whether the retrieved memory already suffices to answer",
-        "the question (stop early) or the agent should expand memory (continue). One forward pass, one",
-        "decision token: s = p_yes / (p_yes + p_no) over the yes/no token groups.", "",
-        "```python", "from routers.sufficiency import SufficiencyRouter",
-        "router = SufficiencyRouter.from_pretrained(\"path/to/this/dir\")",
-        "s = router.score([question], [retrieved_context])", "router.decide(s)  # ['terminate'] or ['continue']",
-        "```", "",
-        f"- yes tokens: {cfg.yes_token_ids}; no tokens: {cfg.no_token_ids}",
-        f"- threshold tau: {cfg.threshold}; input budget: {cfg.max_input_tokens} tokens (longer -> continue)",
-    ]
-    lines += model_card_json_sections(training, metrics)
-    lines += ["", "## Data and licenses", "",
-              "Trained on evidence-intervention samples synthesized from LoCoMo (Maharana et al., 2024,",
-              "CC BY-NC 4.0: non-commercial use only). Base model license applies to the weights.", ""]
-    return "\n".join(lines)
+    return build_card(
+        "sufficiency", title="Router-Mem evidence-sufficiency router",
+        description=("Decides, after a cheap retrieval prefix, whether the retrieved memory already suffices to answer\n"
+                     "the question (stop early) or the agent should expand memory (continue). One forward pass, one\n"
+                     "decision token: s = p_yes / (p_yes + p_no) over the yes/no token groups."),
+        usage=USAGE, base_model=cfg.base_model, training=training, metrics=metrics,
+        details=[f"- yes tokens: {cfg.yes_token_ids}; no tokens: {cfg.no_token_ids}",
+                 f"- threshold tau: {cfg.threshold}; input budget: {cfg.max_input_tokens} tokens (longer -> continue)",
+                 f"- weights: merged full model, {str(router.model.dtype).removeprefix('torch.')}"],
+        extra_tags=("router-mem", "memory-router"))

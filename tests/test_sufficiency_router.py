@@ -223,7 +223,7 @@ def test_export_files(router, exported):
     assert "git_revision" in cfg
     assert json.loads((exported / "calibration.json").read_text()) == {"threshold": 0.5}
     card = (exported / "README.md").read_text()
-    assert card.startswith("---\nlibrary_name: memroute")
+    assert card.startswith("---\n") and "\nlibrary_name: transformers\n" in card.split("---")[1]
     assert str(router.config.yes_token_ids) in card
     assert not [n for n in os.listdir(exported.parent) if n != exported.name]  # no temp dirs left
 

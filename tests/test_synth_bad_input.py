@@ -42,7 +42,8 @@ def corpus(tmp_path) -> str:
 def synth(out, corpus_path, *extra):
     from data_synthesis.sufficiency import main
 
-    return main(["--output_dir", str(out), "--corpus_path", corpus_path, *SYNTH, *extra])
+    base = SYNTH[:-2] if "--eval_episodes" in extra else SYNTH  # held out by ids or by a fraction, not both
+    return main(["--output_dir", str(out), "--corpus_path", corpus_path, *base, *extra])
 
 
 def records(path: Path) -> list[dict]:

@@ -32,3 +32,31 @@ class RunArgs:
     resume: str = field(default="auto", metadata={
         "help": "'auto' resumes from the last complete checkpoint in output_dir (refused if the settings changed); "
                 "'never' starts over"})
+
+
+@dataclass
+class DevSplitArgs:
+    """Evaluation during training on a dev split drawn from the *training* file's episodes (never a held-out
+    episode), and early stopping. With none of these set a run trains exactly as before (no dev split)."""
+
+    dev_fraction: float | None = field(default=None, metadata={
+        "help": "hold out this fraction of the training file's episodes (at least one, seeded by dev_seed) as the dev "
+                "split, evaluated during training; the rest trains"})
+    dev_episodes: list[str] | None = field(default=None, metadata={
+        "help": "hold out these episode ids of the training file as the dev split (instead of dev_fraction)"})
+    dev_seed: int = field(default=0, metadata={
+        "help": "seed of the dev_fraction episode draw (separate from seed: changing the training seed keeps the split)"})
+    early_stopping_patience: int | None = field(default=None, metadata={
+        "help": "stop after this many evaluations without improvement of metric_for_best_model (needs an eval set, "
+                "eval_strategy steps/epoch and load_best_model_at_end)"})
+    early_stopping_threshold: float = field(default=0.0, metadata={
+        "help": "minimum improvement of metric_for_best_model that resets the early-stopping patience"})
+
+
+@dataclass
+class EvalFileArgs(DevSplitArgs):
+    """A dev split, or a separate eval file whose episodes are disjoint from the training file's."""
+
+    eval_file: str | None = field(default=None, metadata={
+        "help": "evaluate on this file during training (its episode ids must not overlap the training file's); "
+                "instead of dev_fraction / dev_episodes"})

@@ -14,15 +14,28 @@ other two.
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from routers.base import cast_weights
+from routers.logs import get_logger
 from train.checkpoints import training_summary
+
+log = get_logger(__name__)
 
 
 # -- options, one dataclass per router ----------------------------------------------------------------------
+EXPORT_DTYPES = ("auto", "fp32", "bf16", "fp16")
+EXPORT_DTYPE_HELP = ("dtype of the exported weights: auto = the training dtype (bf16 / fp16 when the run trained "
+                     "with --bf16 / --fp16, else fp32), or fp32 / bf16 / fp16")
+
+
+def check_export_dtype(value) -> None:
+    if value not in EXPORT_DTYPES:
+        raise ValueError(f"export_dtype must be one of {list(EXPORT_DTYPES)}, got {value!r:.40}")
+
+
 @dataclass
 class ExportConfig:
     """``memroute export sufficiency``."""
@@ -32,9 +45,11 @@ class ExportConfig:
     base_model: str | None = field(default=None, metadata={"help": "base for a LoRA adapter; default from the adapter config"})
     threshold: float = 0.5
     max_input_tokens: int = 1024
+    export_dtype: str = field(default="auto", metadata={"help": EXPORT_DTYPE_HELP})
 
     def __post_init__(self):
         check_threshold_options(threshold=self.threshold, max_input_tokens=self.max_input_tokens)
+        check_export_dtype(self.export_dtype)
 
 
 @dataclass
@@ -45,12 +60,14 @@ class RetrieverExportConfig:
     export_dir: str = "outputs/retriever_minilm/export"
     base_model: str | None = field(default=None, metadata={"help": "recorded in router_config; default from resolved_config.yaml"})
     temperature: float | None = None
+    export_dtype: str = field(default="auto", metadata={"help": EXPORT_DTYPE_HELP})
 
     def __post_init__(self):
         from routers.validation import number_option, option_problems, raise_option_problems
 
         raise_option_problems(option_problems([number_option(self.temperature, "temperature", low=0, low_open=True,
                                                          allow_none=True)]))
+        check_export_dtype(self.export_dtype)
 
 
 @dataclass
@@ -63,10 +80,12 @@ class MemAgentExportConfig:
     in_threshold: float = 0.5
     end_threshold: float = 0.5
     max_input_tokens: int = 4096
+    export_dtype: str = field(default="auto", metadata={"help": EXPORT_DTYPE_HELP})
 
     def __post_init__(self):
         check_threshold_options(in_threshold=self.in_threshold, end_threshold=self.end_threshold,
                                 max_input_tokens=self.max_input_tokens)
+        check_export_dtype(self.export_dtype)
 
 
 def check_threshold_options(max_input_tokens: int, **thresholds) -> None:
@@ -106,6 +125,31 @@ def check_export_start(cfg, kind: str) -> None:
     check_export_target(cfg.export_dir, kind, protect=(cfg.checkpoint,))
 
 
+# -- the run behind a checkpoint, the export dtype ----------------------------------------------------------------
+def run_config(checkpoint: str | Path) -> dict:
+    """The training run's ``resolved_config.yaml`` (the checkpoint's, else its output_dir's), {} when absent."""
+    from routers.config import load_yaml
+
+    ckpt = Path(checkpoint)
+    for resolved in (ckpt / "resolved_config.yaml", ckpt.parent / "resolved_config.yaml"):
+        if resolved.is_file():
+            return load_yaml(resolved) or {}
+    return {}
+
+
+def training_dtype(run: dict) -> str:
+    """``bf16`` / ``fp16`` when the run trained with mixed precision (``--bf16`` / ``--fp16``), else ``fp32``."""
+    return "bf16" if run.get("bf16") is True else "fp16" if run.get("fp16") is True else "fp32"
+
+
+def export_torch_dtype(choice: str, checkpoint: str | Path):
+    """The torch dtype to write: ``auto`` follows the training run (:func:`training_dtype`)."""
+    from routers.base import torch_dtype
+
+    check_export_dtype(choice)
+    return torch_dtype(training_dtype(run_config(checkpoint)) if choice == "auto" else choice)
+
+
 # -- loading a checkpoint ----------------------------------------------------------------------------------------
 def load_checkpoint(checkpoint: str, base_model: str | None = None):
     """(model, tokenizer, base name) from an adapter folder (merged) or a full-model folder."""
@@ -137,16 +181,43 @@ def load_checkpoint(checkpoint: str, base_model: str | None = None):
         if (ckpt / "tokenizer_config.json").exists():
             tok = AutoTokenizer.from_pretrained(str(ckpt))
         return model, tok, base
-    model = AutoModelForCausalLM.from_pretrained(str(ckpt))
-    return model, AutoTokenizer.from_pretrained(str(ckpt)), base_model or str(ckpt)
+    import torch
+
+    model = AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32)
+    base = base_model or run_config(ckpt).get("model_name_or_path") or str(ckpt)
+    return model, AutoTokenizer.from_pretrained(str(ckpt)), base
+
+
+def model_for_export(trainer, output_dir: str, base_model: str | None = None):
+    """The trained model with full weights for an in-training export; call it on EVERY rank, after
+    ``trainer.save_model(output_dir)``, and export on rank 0 only (other ranks get None).
+
+    Without FSDP this is the unwrapped model. Under FSDP each rank holds only a shard, so merging LoRA or writing
+    on rank 0 would export a fraction of the weights: ``save_model`` gathers the full state dict (it must be
+    ``FULL_STATE_DICT``, as in configs/accelerate/fsdp.yaml) and rank 0 writes it; after a barrier rank 0 reloads
+    those full weights on the CPU (a LoRA adapter merged into its base in float32) and returns them."""
+    acc = trainer.accelerator
+    if not getattr(trainer, "is_fsdp_enabled", False):
+        return acc.unwrap_model(trainer.model) if trainer.is_world_process_zero() else None
+    plugin = getattr(acc.state, "fsdp_plugin", None)
+    if "FULL_STATE_DICT" not in str(getattr(plugin, "state_dict_type", "")):
+        raise RuntimeError(f"FSDP with state dict type {getattr(plugin, 'state_dict_type', None)}: save_model wrote "
+                           "no full weights to export; set fsdp_state_dict_type: FULL_STATE_DICT (configs/accelerate/"
+                           "fsdp.yaml) or export a checkpoint with `memroute export`")
+    acc.wait_for_everyone()  # rank 0 has finished writing the gathered weights
+    if not trainer.is_world_process_zero():
+        return None
+    model, _, _ = load_checkpoint(output_dir, base_model)
+    return model
 
 
 # -- building each router from its checkpoint (after the checks) -------------------------------------------------
 def _sufficiency_router(cfg: ExportConfig, training: dict | None):
     from routers.sufficiency import SufficiencyRouter
 
-    model, tok, base = load_checkpoint(cfg.checkpoint, cfg.base_model)
-    return SufficiencyRouter.from_model(model.float(), tok, threshold=cfg.threshold,
+    model, tok, base = load_checkpoint(cfg.checkpoint, cfg.base_model)  # merged in float32, then cast
+    model = cast_weights(model, export_torch_dtype(cfg.export_dtype, cfg.checkpoint))
+    return SufficiencyRouter.from_model(model, tok, threshold=cfg.threshold,
                                         max_input_tokens=cfg.max_input_tokens, base_model=base)
 
 
@@ -170,7 +241,7 @@ def _retriever_router(cfg: RetrieverExportConfig, training: dict | None):
     ok, msg = number_option(temp, f"{source}: temperature", low=0, low_open=True, allow_none=True)
     if not ok:
         raise ValueError(msg)
-    model = trainer.load_model(str(ckpt))
+    model = cast_weights(trainer.load_model(str(ckpt)), export_torch_dtype(cfg.export_dtype, cfg.checkpoint))
     config = RetrieverConfig(base_model=base or str(ckpt), temperature=0.05 if temp is None else temp,
                              max_seq_length=getattr(model, "max_seq_length", None))
     return RetrieverRouter(model, config)
@@ -179,8 +250,9 @@ def _retriever_router(cfg: RetrieverExportConfig, training: dict | None):
 def _memagent_router(cfg: MemAgentExportConfig, training: dict | None):
     from routers.memagent.router import MemAgentRouter
 
-    model, tok, base = load_checkpoint(cfg.checkpoint, cfg.base_model)
-    return MemAgentRouter.from_model(model.float(), tok, in_threshold=cfg.in_threshold, end_threshold=cfg.end_threshold,
+    model, tok, base = load_checkpoint(cfg.checkpoint, cfg.base_model)  # merged in float32, then cast
+    model = cast_weights(model, export_torch_dtype(cfg.export_dtype, cfg.checkpoint))
+    return MemAgentRouter.from_model(model, tok, in_threshold=cfg.in_threshold, end_threshold=cfg.end_threshold,
                                      max_input_tokens=cfg.max_input_tokens, base_model=base,
                                      provider_names=list((training or {}).get("provider_names") or []))
 
@@ -193,7 +265,7 @@ class Export:
     build: Callable               # (cfg, training summary or None) -> an ExportedRouter
     markers: tuple[str, ...]      # files that make a directory a checkpoint of this kind
     description: str
-    log_to_stderr: bool = False   # where the "exported" line goes (as before: memagent's to stderr)
+    log_to_stderr: bool = False   # unused: the "exported" line is logged (stderr under the CLI)
 
 
 EXPORTS = {
@@ -223,23 +295,37 @@ def export(router_type: str, argv=None):
     training = training_summary(cfg.checkpoint)
     router = spec.build(cfg, training)
     router.save_pretrained(cfg.export_dir, model_card=router.model_card(training=training))
-    print(f"[memroute] exported {cfg.checkpoint} -> {cfg.export_dir}", file=sys.stderr if spec.log_to_stderr else sys.stdout)
+    log.info("exported %s -> %s (%s)", cfg.checkpoint, cfg.export_dir, _dtype_name(router))
     return router
+
+
+def _dtype_name(router) -> str:
+    try:
+        return str(next(router.model.parameters()).dtype).removeprefix("torch.")
+    except (AttributeError, StopIteration, TypeError):
+        return "?"
+
+
+def _cli(router_type: str, argv):
+    from routers.logs import setup_cli_logging
+
+    setup_cli_logging()
+    return export(router_type, argv)
 
 
 def main(argv=None):
     """``memroute export sufficiency``."""
-    return export("sufficiency", argv)
+    return _cli("sufficiency", argv)
 
 
 def retriever_main(argv=None):
     """``memroute export retriever``."""
-    return export("retriever", argv)
+    return _cli("retriever", argv)
 
 
 def memagent_main(argv=None):
     """``memroute export memagent``."""
-    return export("memagent", argv)
+    return _cli("memagent", argv)
 
 
 if __name__ == "__main__":

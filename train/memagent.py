@@ -16,7 +16,6 @@ and exports a router directory at the end.
 from __future__ import annotations
 
 import random
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,19 +26,25 @@ from routers.io import atomic_write_json, read_jsonl
 from routers.memagent import prompts as P
 from routers.models import DEFAULT_CAUSAL_LM
 from routers.config import check_resume_value
-from train.args import LoraArgs, RunArgs
+from routers.logs import get_logger, setup_cli_logging
+from train.args import DevSplitArgs, LoraArgs, RunArgs
 from train.checkpoints import resolve_resume, time_budget_callback
 from routers.models import check_local_model_path
 from routers.validation import int_option, number_option, option_problems, raise_option_problems
+from train.dev_split import (add_early_stopping, best_model_info, dev_fingerprint, eval_option_checks,
+                             has_dev_split, has_eval_strategy, resolve_report_to, split_by_episode)
 from train.distributed import check_start, run_fingerprint, training_argument_checks
+
+log = get_logger(__name__)
 
 PHASES = ("begin", "in", "end")
 ROLES = {"system", "user", "assistant"}
 
 
 @dataclass
-class MemAgentSFTConfig(LoraArgs, RunArgs, SFTConfig):
-    """trl.SFTConfig plus the model, LoRA, data-mixing and export options."""
+class MemAgentSFTConfig(LoraArgs, RunArgs, DevSplitArgs, SFTConfig):
+    """trl.SFTConfig plus the model, LoRA, data-mixing, dev-evaluation (eval loss on held-out tasks) and export
+    options. The dev split is drawn by ``task_id`` over the three phase files together."""
 
     model_name_or_path: str = field(default=DEFAULT_CAUSAL_LM, metadata={"help": "HF id, local path or 'smollm2'"})
     begin_file: str | None = field(default="outputs/memagent_data/begin.jsonl",
@@ -84,6 +89,7 @@ class MemAgentSFTConfig(LoraArgs, RunArgs, SFTConfig):
             number_option(self.end_threshold, "end_threshold", low=0, high=1),
             int_option(self.router_max_input_tokens, "router_max_input_tokens"),
             int_option(self.max_length, "max_length", allow_none=True),
+            *eval_option_checks(self),
         ]))
         super().__post_init__()
 
@@ -147,9 +153,11 @@ def phase_rows(path: str, phase: str, min_reward: float | None = None) -> tuple[
             stats["below_min_reward"] += 1
             continue
         if phase == "begin":
-            rows.append({"prompt": rec["prompt"], "completion": _turn(P.begin_completion(decision)), "phase": phase})
+            rows.append({"prompt": rec["prompt"], "completion": _turn(P.begin_completion(decision)), "phase": phase,
+                         "task_id": rec.get("task_id")})
         elif phase == "in":
-            rows.append({"prompt": rec["prompt"], "completion": _turn(P.in_completion(decision)), "phase": phase})
+            rows.append({"prompt": rec["prompt"], "completion": _turn(P.in_completion(decision)), "phase": phase,
+                         "task_id": rec.get("task_id")})
         else:
             names = P.end_prompt_provider_names(rec["prompt"])
             # Only providers whose reuse was observed carry a label; the others are unknown, not "no".
@@ -159,7 +167,8 @@ def phase_rows(path: str, phase: str, min_reward: float | None = None) -> tuple[
                 names = [n for n in names if n in observed]
             for name in names:
                 rows.append({"prompt": P.end_provider_messages(rec["prompt"], name),
-                             "completion": _turn(P.yes_no_completion(name in decision)), "phase": phase})
+                             "completion": _turn(P.yes_no_completion(name in decision)), "phase": phase,
+                             "task_id": rec.get("task_id")})
     return rows, dict(stats)
 
 
@@ -190,13 +199,15 @@ def read_phases(cfg: MemAgentSFTConfig) -> dict[str, tuple[list[dict], dict]]:
     return out
 
 
-def build_rows(cfg: MemAgentSFTConfig, tokenizer, phases: dict | None = None) -> tuple[list[dict], dict]:
+def build_rows(cfg: MemAgentSFTConfig, tokenizer, phases: dict | None = None, caps: bool = True) -> tuple[list[dict], dict]:
     """Mix the phase files: validate, canonicalize, cap per phase, drop over-length samples, shuffle.
-    ``phases`` is :func:`read_phases`' result when the caller already read the files."""
+    ``phases`` is :func:`read_phases`' result when the caller already read the files; ``caps=False`` keeps every
+    sample (the dev split)."""
     from routers.memagent.router import chat_ids
 
     files = phase_files(cfg)
-    caps = {"begin": cfg.max_begin_samples, "in": cfg.max_in_samples, "end": cfg.max_end_samples}
+    caps = ({"begin": cfg.max_begin_samples, "in": cfg.max_in_samples, "end": cfg.max_end_samples} if caps
+            else dict.fromkeys(PHASES))
     phases = read_phases(cfg) if phases is None else phases
     rng = random.Random(cfg.seed)
     mixed, summary = [], {}
@@ -235,11 +246,14 @@ def make_dataset(rows: list[dict]):
 def export_router(model, tokenizer, cfg: MemAgentSFTConfig, export_dir: str, training_info: dict | None = None,
                   provider_names: list[str] | None = None):
     """Merged weights (default) or the adapter over ``model_name_or_path``; written atomically."""
+    from routers.base import cast_weights, torch_dtype
     from routers.memagent.router import MemAgentRouter
+    from train.export import training_dtype
 
     if cfg.export_merged and hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
-    router = MemAgentRouter.from_model(model.float(), tokenizer, in_threshold=cfg.in_threshold,
+    model = cast_weights(model.float(), torch_dtype(training_dtype({"bf16": cfg.bf16, "fp16": cfg.fp16})))
+    router = MemAgentRouter.from_model(model, tokenizer, in_threshold=cfg.in_threshold,
                                        end_threshold=cfg.end_threshold, max_input_tokens=cfg.router_max_input_tokens,
                                        provider_names=list(provider_names or []), base_model=cfg.model_name_or_path)
     router.save_pretrained(export_dir, model_card=router.model_card(training=training_info))
@@ -280,16 +294,43 @@ def prepare_run(cfg: MemAgentSFTConfig) -> tuple[dict, str | None]:
     resume = resolve_resume(cfg)
     files = {f"{ph}_file": phase_file(f) for ph, f in (("begin", cfg.begin_file), ("in", cfg.in_file),
                                                          ("end", cfg.end_file))}
-    check_start(cfg, "memagent", resume, run_fingerprint(cfg, FINGERPRINT_KEYS, files), protect=(resume,))
+    check_start(cfg, "memagent", resume, {**run_fingerprint(cfg, FINGERPRINT_KEYS, files), **dev_fingerprint(cfg)},
+                protect=(resume,))
     return phases, resume
 
 
+def split_phases(cfg: MemAgentSFTConfig, phases: dict) -> tuple[dict, dict | None, dict | None]:
+    """(training phases, dev phases, dev info): the dev split takes every row of the dev tasks (``task_id``, drawn
+    over the three phase files together) out of every phase."""
+    if not has_dev_split(cfg):
+        return phases, None, None
+    every = [r for rows, _ in phases.values() for r in rows]
+    _, _, dev_tasks = split_by_episode(every, cfg.dev_fraction, cfg.dev_episodes, cfg.dev_seed, "task_id", "phase files")
+    dev = set(dev_tasks)
+    train = {ph: ([r for r in rows if r["task_id"] not in dev], stats) for ph, (rows, stats) in phases.items()}
+    held = {ph: ([r for r in rows if r["task_id"] in dev], {}) for ph, (rows, _) in phases.items()}
+    log.info("dev split: %d task(s) %s held out of training", len(dev_tasks), dev_tasks)
+    return ({ph: v for ph, v in train.items() if v[0]}, {ph: v for ph, v in held.items() if v[0]},
+            {"dev_episodes": dev_tasks, "dev_seed": cfg.dev_seed, "dev_fraction": cfg.dev_fraction})
+
+
 def build_trainer(cfg: MemAgentSFTConfig, phases: dict | None = None):
-    """(SFTTrainer, mixed rows, per-phase counts): model + LoRA, data, TRL's tokenization and label masks."""
+    """(SFTTrainer, mixed rows, per-phase counts): model + LoRA, data (minus the dev tasks, which become the eval
+    set; what was held out is ``trainer.memroute_dev``, None without a dev split), TRL's tokenization and label masks."""
     phases = read_phases(cfg) if phases is None else phases
+    phases, dev_phases, held_out = split_phases(cfg, phases)
     model, tokenizer = build_model(cfg)
     rows, per_phase = build_rows(cfg, tokenizer, phases)
-    trainer = SFTTrainer(model=model, args=cfg, train_dataset=make_dataset(rows), processing_class=tokenizer)
+    eval_dataset = None
+    if dev_phases is not None:
+        dev_rows, dev_per_phase = build_rows(cfg, tokenizer, dev_phases, caps=False)
+        held_out.update(dev_samples=len(dev_rows), phases=dev_per_phase)
+        eval_dataset = make_dataset(dev_rows)
+    # TRL's SFTTrainer normalizes its token-level loss by the tokens of the whole accumulated batch itself.
+    trainer = SFTTrainer(model=model, args=cfg, train_dataset=make_dataset(rows), eval_dataset=eval_dataset,
+                         processing_class=tokenizer)
+    add_early_stopping(trainer, cfg)
+    trainer.memroute_dev = held_out
     return trainer, rows, per_phase
 
 
@@ -313,19 +354,23 @@ def main(argv=None):
     from routers.config import parse_config, save_resolved_config
 
     (cfg,) = parse_config(make_parser(), [MemAgentSFTConfig], argv)
+    setup_cli_logging()  # a CLI entry point (memroute train ..., python -m, accelerate launch -m)
+    resolve_report_to(cfg)
     phases, resume = prepare_run(cfg)
     trainer, rows, per_phase = build_trainer(cfg, phases)
+    held_out = trainer.memroute_dev
     tokenizer = trainer.processing_class
     if trainer.is_world_process_zero():
         save_resolved_config(cfg.output_dir, cfg)
         counts = ", ".join(f"{k} {v['samples']} (of {v.get('records', 0)} records; {v['skipped_too_long']} too long)"
                            for k, v in per_phase.items())
-        print(f"[memroute] memagent SFT samples: {counts}; total {len(rows)}; resume from {resume}", file=sys.stderr)
+        log.info("memagent SFT samples: %s; total %d; %s; resume from %s", counts, len(rows),
+                 f"{held_out['dev_samples']} dev samples" if held_out else "no dev set", resume)
     if finished_checkpoint(resume, cfg.max_steps):
         # transformers resumes a finished run mid-epoch by training one more step; just reload it instead
         from transformers import TrainerState
 
-        print(f"[memroute] {resume} already reached max_steps={cfg.max_steps}: nothing to train", file=sys.stderr)
+        log.info("%s already reached max_steps=%d: nothing to train", resume, cfg.max_steps)
         trainer._load_from_checkpoint(resume)
         trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
         steps, runtime = trainer.state.global_step, None
@@ -333,20 +378,27 @@ def main(argv=None):
     else:
         if cfg.max_train_minutes is not None:
             trainer.add_callback(time_budget_callback(cfg.max_train_minutes))
-        result = trainer.train(resume_from_checkpoint=resume)
+        result = trainer.train(resume_from_checkpoint=resume)  # load_best_model_at_end: trainer.model is the best
+        if held_out and not has_eval_strategy(cfg):
+            trainer.evaluate()  # a dev set without eval_strategy: evaluate the final model once
         steps, runtime, final_loss = result.global_step, result.metrics.get("train_runtime"), result.training_loss
     trainer.save_model(cfg.output_dir)
     info = {"model": cfg.model_name_or_path, "files": {"begin": cfg.begin_file, "in": cfg.in_file, "end": cfg.end_file},
             "phases": per_phase, "samples": len(rows), "steps": steps,
             "train_runtime_s": runtime, "final_loss": final_loss,
             "end_mode": "per_provider", "provider_names": pool_names(rows),
-            "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "targets": cfg.lora_target_modules} if cfg.use_lora else None}
+            "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "targets": cfg.lora_target_modules} if cfg.use_lora else None,
+            "eval": {**held_out, **best_model_info(trainer)} if held_out else None}
+    if cfg.export_dir:  # on every rank: under FSDP the full weights are gathered first
+        from train.export import model_for_export
+
+        full_model = model_for_export(trainer, cfg.output_dir, cfg.model_name_or_path)
     if trainer.is_world_process_zero():
         atomic_write_json(Path(cfg.output_dir) / "train_summary.json", {**info, "log_history": trainer.state.log_history})
         if cfg.export_dir:
-            export_router(trainer.accelerator.unwrap_model(trainer.model), tokenizer, cfg, cfg.export_dir, info,
+            export_router(full_model, tokenizer, cfg, cfg.export_dir, info,
                           provider_names=info["provider_names"])
-            print(f"[memroute] exported router to {cfg.export_dir}", file=sys.stderr)
+            log.info("exported router to %s", cfg.export_dir)
     return trainer, info
 
 

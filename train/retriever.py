@@ -33,7 +33,6 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,19 +44,24 @@ from sentence_transformers.sentence_transformer.data_collator import SentenceTra
 from routers.io import atomic_write_json
 from routers.models import DEFAULT_ENCODER
 from routers.config import check_resume_value
-from train.args import RunArgs
+from routers.logs import get_logger, setup_cli_logging
+from train.args import EvalFileArgs, RunArgs
 from train.checkpoints import resolve_resume, time_budget_callback
 from routers.models import check_local_model_path
 from routers.validation import int_option, number_option, option_problems, raise_option_problems
 from train.distributed import (check_start, check_world_size, cpu_ddp_defaults, run_fingerprint,
                                training_argument_checks, warn_if_fsdp_ignored)
+from train.dev_split import (add_early_stopping, best_model_info, dev_fingerprint, eval_option_checks,
+                             has_eval_strategy, resolve_report_to, train_and_eval_records)
 from train.retriever_losses import IGNORE, POSITIVE, MultiPositiveInfoNCELoss, pack_labels
+
+log = get_logger(__name__)
 
 
 
 @dataclass
-class RetrieverTrainingConfig(RunArgs, SentenceTransformerTrainingArguments):
-    """SentenceTransformerTrainingArguments plus the retriever, sampling and loss options."""
+class RetrieverTrainingConfig(RunArgs, EvalFileArgs, SentenceTransformerTrainingArguments):
+    """SentenceTransformerTrainingArguments plus the retriever, sampling, loss and dev-evaluation options."""
 
     model_name_or_path: str = field(default=DEFAULT_ENCODER, metadata={"help": "alias ('minilm'), HF id or local path"})
     train_file: str = "outputs/retriever_data/train.jsonl"
@@ -94,6 +98,7 @@ class RetrieverTrainingConfig(RunArgs, SentenceTransformerTrainingArguments):
             int_option(self.mini_batch_size, "mini_batch_size", allow_none=True),
             int_option(self.candidate_chunk_size, "candidate_chunk_size", allow_none=True, minimum=0),
             int_option(self.max_seq_length, "max_seq_length", allow_none=True),
+            *eval_option_checks(self),
         ]))
         super().__post_init__()
 
@@ -210,6 +215,13 @@ def features_from_batch(batch: dict[str, Any]) -> tuple[list[dict[str, Any]], to
 class RetrieverTrainer(SentenceTransformerTrainer):
     """SentenceTransformerTrainer whose default collator is :class:`MultiPositiveCollator`."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # The InfoNCE loss is a per-batch mean: the Trainer must divide it by the accumulation steps on every
+        # transformers version (as TRL does), not only where it reads loss_is_scaled_for_ga.
+        self.model_accepts_loss_kwargs = False
+        self.loss_is_scaled_for_ga = False
+
     def get_data_collator(self, model, args, processing_class=None):
         return MultiPositiveCollator(preprocess_fn=model.preprocess,
                                      positives_per_query=getattr(args, "positives_per_query", 2),
@@ -237,16 +249,18 @@ def build_dataset(cfg_or_records):
                               for r in recs])
 
 
-def read_records(cfg: RetrieverTrainingConfig) -> list[dict]:
-    """The training records, read and validated (before any model is loaded)."""
+def read_records(cfg: RetrieverTrainingConfig, path: str | None = None, option: str = "train_file") -> list[dict]:
+    """The training records (or ``path``'s, e.g. the eval file: then uncapped), read and validated (before any
+    model is loaded)."""
     from data_synthesis.retriever_records import read_retriever_records
 
-    path = cfg.train_file
+    cap = cfg.max_train_samples if path is None else None
+    path = cfg.train_file if path is None else path
     if not os.path.exists(path):
-        raise FileNotFoundError(f"train_file {path}: file not found")
+        raise FileNotFoundError(f"{option} {path}: file not found")
     if os.path.isdir(path):
-        raise ValueError(f"train_file {path}: is a directory, not a JSONL file")
-    recs = read_retriever_records(path, cfg.max_train_samples)
+        raise ValueError(f"{option} {path}: is a directory, not a JSONL file")
+    recs = read_retriever_records(path, cap)
     for n, r in enumerate(recs, start=1):
         kinds = r.get("positive_kinds")
         if kinds is not None and (not isinstance(kinds, list) or len(kinds) != len(r["positives"])):
@@ -290,26 +304,40 @@ def main(argv=None):
     parser = make_parser()
     cpu_ddp_defaults(parser)
     (cfg,) = parse_config(parser, [RetrieverTrainingConfig], argv)
+    setup_cli_logging()  # a CLI entry point (memroute train ..., python -m, accelerate launch -m)
+    resolve_report_to(cfg)
     set_seed(cfg.seed)
     # Data, paths, export target and resume fingerprint first: they fail in seconds, the encoder load does not.
     check_local_model_path(cfg.model_name_or_path, "model_name_or_path")
-    recs = read_records(cfg)
+    recs, dev_recs, held_out = train_and_eval_records(cfg, read_records(cfg),
+                                                      lambda path: read_records(cfg, path, "eval_file"))
     resume = resolve_resume(cfg)
-    check_start(cfg, "retriever", resume, run_fingerprint(cfg, FINGERPRINT_KEYS, {"train_file": cfg.train_file}),
-                protect=(resume,))
+    fingerprint = {**run_fingerprint(cfg, FINGERPRINT_KEYS, {"train_file": cfg.train_file}), **dev_fingerprint(cfg)}
+    check_start(cfg, "retriever", resume, fingerprint, protect=(resume,))
     dataset = build_dataset(recs)
+    evaluator = None
+    if dev_recs is not None:
+        from train.retriever_eval import ir_evaluator, select_best_by_primary_metric
+
+        evaluator = ir_evaluator(dev_recs, batch_size=cfg.per_device_eval_batch_size)
+        held_out["dev_queries"], held_out["dev_corpus"] = len(evaluator.queries), len(evaluator.corpus)
+        select_best_by_primary_metric(cfg)
     model = load_model(cfg.model_name_or_path, cfg.max_seq_length)
-    trainer = RetrieverTrainer(model=model, args=cfg, train_dataset=dataset, loss=make_loss(model, cfg))
+    trainer = RetrieverTrainer(model=model, args=cfg, train_dataset=dataset, loss=make_loss(model, cfg),
+                               evaluator=evaluator)
     check_world_size(trainer.args)
     warn_if_fsdp_ignored(trainer)
     if trainer.is_world_process_zero():
         save_resolved_config(cfg.output_dir, cfg)
-        print(f"[memroute] {len(dataset)} training queries from {cfg.train_file}; batch "
-              f"{cfg.per_device_train_batch_size} x (<= {cfg.positives_per_query} pos + {cfg.negatives_per_query} neg); "
-              f"resume from {resume}", file=sys.stderr)
+        log.info("%d training queries from %s; batch %d x (<= %d pos + %d neg); %s; resume from %s", len(dataset),
+                 cfg.train_file, cfg.per_device_train_batch_size, cfg.positives_per_query, cfg.negatives_per_query,
+                 f"{held_out['dev_queries']} dev queries" if held_out else "no dev set", resume)
+    add_early_stopping(trainer, cfg)
     if cfg.max_train_minutes is not None:
         trainer.add_callback(time_budget_callback(cfg.max_train_minutes))
-    result = trainer.train(resume_from_checkpoint=resume)
+    result = trainer.train(resume_from_checkpoint=resume)  # load_best_model_at_end: trainer.model is the best one
+    if evaluator is not None and not has_eval_strategy(cfg):
+        trainer.evaluate()  # a dev set without eval_strategy: evaluate the final model once
     trainer.save_model(cfg.output_dir)
     info = {"model": cfg.model_name_or_path, "train_file": cfg.train_file, "queries": len(dataset),
             "steps": result.global_step, "train_runtime_s": result.metrics.get("train_runtime"),
@@ -318,12 +346,13 @@ def main(argv=None):
             "negatives_per_query": cfg.negatives_per_query, "learning_rate": cfg.learning_rate,
             "max_seq_length": cfg.max_seq_length, "mini_batch_size": cfg.mini_batch_size,
             "candidate_chunk_size": cfg.candidate_chunk_size,
-            "resumed_from": resume, "world_size": trainer.args.world_size}
+            "resumed_from": resume, "world_size": trainer.args.world_size,
+            "eval": {**held_out, **best_model_info(trainer)} if held_out else None}
     if trainer.is_world_process_zero():
         atomic_write_json(Path(cfg.output_dir) / "train_summary.json", {**info, "log_history": trainer.state.log_history})
         if cfg.export_dir:
             export_retriever(trainer.accelerator.unwrap_model(trainer.model), cfg, cfg.export_dir, info)
-            print(f"[memroute] exported retriever to {cfg.export_dir}", file=sys.stderr)
+            log.info("exported retriever to %s", cfg.export_dir)
     return trainer, info
 
 

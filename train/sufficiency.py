@@ -11,9 +11,6 @@ is held; its decision-position states never change and are cached after the firs
 from __future__ import annotations
 
 import json
-import math
-import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,24 +19,29 @@ from transformers import Trainer, TrainingArguments
 
 from routers.io import atomic_write_json
 from data_synthesis.sufficiency_samples import read_samples
-from routers.models import DEFAULT_CAUSAL_LM, left_pad, padding_safe_mask
-from routers.sufficiency import NO_WORDS, YES_WORDS, build_prompt, last_token_logits, verbalizer_ids
+from routers.logs import get_logger, setup_cli_logging
+from routers.models import DEFAULT_CAUSAL_LM, padding_safe_mask
+from routers.sufficiency import NO_WORDS, YES_WORDS, last_token_logits, verbalizer_ids
 from routers.config import check_resume_value
-from train.args import LoraArgs, RunArgs
+from train.args import EvalFileArgs, LoraArgs, RunArgs
 from train.checkpoints import resolve_resume, time_budget_callback
 from routers.models import check_local_model_path
 from routers.validation import int_option, number_option, option_problems, raise_option_problems
+from train.dev_split import (add_early_stopping, best_model_info, dev_fingerprint, eval_option_checks,
+                             has_eval_strategy, resolve_report_to, train_and_eval_records)
 from train.distributed import (check_start, check_world_size, cpu_ddp_defaults, resolve_attn_implementation,
                                run_fingerprint, training_argument_checks, warn_if_fsdp_ignored)
-from train.frozen_prefix import (check_split, decoder_of, freeze_all_but_top, layer_slice, linear_module_names,
-                                 lower_states, num_layers, pad_states)
+from train.frozen_prefix import decoder_of, freeze_all_but_top, layer_slice, linear_module_names, num_layers
 from train.losses import GroupedTokenLoss, RepresentationDistillationLoss
+from train.metrics_hooks import ScoreFromLogits, binary_metrics
+from train.sufficiency_data import SufficiencyCollator, SufficiencyDataset, cache_lower_layers  # noqa: F401 (re-exported)
 
+log = get_logger(__name__)
 
 
 @dataclass
-class SufficiencyTrainingConfig(LoraArgs, RunArgs, TrainingArguments):
-    """TrainingArguments plus the router, LoRA and distillation options."""
+class SufficiencyTrainingConfig(LoraArgs, RunArgs, EvalFileArgs, TrainingArguments):
+    """TrainingArguments plus the router, LoRA, distillation and dev-evaluation options."""
 
     model_name_or_path: str = field(default=DEFAULT_CAUSAL_LM, metadata={"help": "HF id, local path or 'smollm2'"})
     train_file: str = "outputs/sufficiency_data/train.jsonl"
@@ -100,6 +102,7 @@ class SufficiencyTrainingConfig(LoraArgs, RunArgs, TrainingArguments):
             (self.use_lora or not self.lambda_rep or bool(self.teacher_model_name_or_path),
              "lambda_rep > 0 (distillation) needs use_lora: true (the teacher is the base model with its adapters "
              "off) or a separate teacher_model_name_or_path; pass --lambda_rep 0 to fine-tune without it"),
+            *eval_option_checks(self),
         ])
         raise_option_problems(problems)
         super().__post_init__()
@@ -112,76 +115,29 @@ FINGERPRINT_KEYS = ("model_name_or_path", "max_train_samples", "max_length", "us
                     "teacher_model_name_or_path", "padding_safe_mask", "train_top_layers")
 
 
-class SufficiencyDataset(torch.utils.data.Dataset):
-    """Tokenized student prompts (question + context) and teacher prompts (+ rationale).
-
-    ``data`` is a sample file (read and validated with :func:`data_synthesis.sufficiency.read_samples`) or
-    the records it returned: the trainer reads them before loading the model, so bad data fails fast.
-    """
-
-    def __init__(self, data, tokenizer, max_length: int, max_samples: int | None = None, teacher_tokenizer=None,
-                 source: str | None = None):
-        teacher_tokenizer = teacher_tokenizer or tokenizer
-        if isinstance(data, (str, os.PathLike)):
-            path, records = str(data), read_samples(data)
-        else:
-            path, records = source or "training samples", list(data)
-        self.items, self.skipped_too_long = [], 0
-        for rec in records:
-            student = tokenizer.encode(build_prompt(tokenizer, rec["question"], rec["context"]), add_special_tokens=False)
-            if len(student) > max_length:
-                self.skipped_too_long += 1
-                continue
-            rationale = rec.get("rationale") or ""
-            teacher = teacher_tokenizer.encode(build_prompt(teacher_tokenizer, rec["question"], rec["context"], rationale),
-                                               add_special_tokens=False)
-            self.items.append({"idx": len(self.items), "input_ids": student, "teacher_input_ids": teacher,
-                               "label": int(rec["label"])})
-            if max_samples and len(self.items) >= max_samples:
-                break
-        if not self.items:
-            raise ValueError(f"{path}: no usable samples ({self.skipped_too_long} longer than max_length={max_length})")
-
-    def __len__(self):
-        return len(self.items)
-
-    def __getitem__(self, i):
-        return self.items[i]
-
-
-@dataclass
-class SufficiencyCollator:
-    """Left-pads student and teacher prompts so the decision position is the last column."""
-
-    pad_token_id: int
-
-    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
-        if "lower_states" in features[0]:  # the frozen-prefix path: the top layers' input, not token ids
-            return {**pad_states([f["lower_states"] for f in features]),
-                    "labels": torch.tensor([f["label"] for f in features], dtype=torch.long),
-                    "sample_idx": torch.tensor([f["idx"] for f in features], dtype=torch.long)}
-        student = left_pad([f["input_ids"] for f in features], self.pad_token_id)
-        teacher = left_pad([f["teacher_input_ids"] for f in features], self.pad_token_id)
-        return {**student, **{f"teacher_{k}": v for k, v in teacher.items()},
-                "labels": torch.tensor([f["label"] for f in features], dtype=torch.long),
-                "sample_idx": torch.tensor([f["idx"] for f in features], dtype=torch.long)}
-
-
 class SufficiencyTrainer(Trainer):
     """Trainer whose loss is L_cls + lambda_rep * s_0 * L_rep, with both parts logged.
 
     Distributed runs match one process with gradient accumulation: the loss is a per-batch mean (so
     the Trainer divides it by the accumulation steps), s_0 comes from rank 0's first batch (one process
     takes it from its first micro-batch), and the logged parts are averaged over ranks.
+
+    Evaluation (``eval_dataset``): the eval loss is L_cls alone (no teacher pass, nothing logged as a training
+    part), and the eval loop keeps only the last-token logits, which ``preprocess_logits_for_metrics``
+    (:class:`train.metrics_hooks.ScoreFromLogits`) reduces to one score per sample for ``compute_metrics``.
     """
 
     # compute_loss returns a per-batch mean and ignores num_items_in_batch: without this the Trainer
     # (seeing "labels" and a model taking **kwargs) skips the 1/accumulation scaling and doubles the loss at GA=2.
+    # transformers >= 5.19 reads loss_is_scaled_for_ga; older versions only model_accepts_loss_kwargs (set in
+    # __init__, as TRL does), so the scaling does not depend on the transformers version.
     loss_is_scaled_for_ga = False
 
     def __init__(self, *args, yes_ids, no_ids, lambda_rep: float, rep_layer: int, s0: float | None,
                  teacher_model=None, cache_teacher_states: bool = True, top_split: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.model_accepts_loss_kwargs = False
+        self.label_names = ["labels"]  # PEFT wrappers hide the forward signature the Trainer infers this from
         self.top_split = top_split  # frozen-prefix path: batches carry layers[:top_split]'s output
         self.cls_loss = GroupedTokenLoss(yes_ids, no_ids)
         self.rep_loss = RepresentationDistillationLoss()
@@ -220,13 +176,16 @@ class SufficiencyTrainer(Trainer):
         config = getattr(self.accelerator.unwrap_model(model), "config", None)  # DDP wraps the model
         if self.args.padding_safe_mask and getattr(config, "_attn_implementation", None) == "sdpa":
             student["attention_mask"] = padding_safe_mask(student["attention_mask"])
-        use_rep = self.lambda_rep > 0
+        evaluating = not model.training  # the eval loop: L_cls only (eval samples have no teacher states)
+        use_rep = self.lambda_rep > 0 and not evaluating
         if first == "inputs_embeds":
             with layer_slice(model, self.top_split):
                 logits, out = last_token_logits(model, student)
         else:
             logits, out = last_token_logits(model, student, output_hidden_states=use_rep)
         l_cls = self.cls_loss(logits, inputs["labels"])
+        if evaluating:  # keep the [batch, vocab] last-token logits only: no hidden states, no other outputs
+            return (l_cls, {"logits": logits}) if return_outputs else l_cls
         loss = l_cls
         if use_rep:
             h_s = out.hidden_states[self.rep_layer][:, -1, :]
@@ -311,24 +270,6 @@ def build_model(cfg: SufficiencyTrainingConfig):
     return model, tokenizer
 
 
-def cache_lower_layers(model, dataset: "SufficiencyDataset", cfg: SufficiencyTrainingConfig, pad_id: int) -> dict:
-    """The frozen-prefix path: check that the decoder can be split, then store each sample's residual stream after
-    the frozen layers in the dataset (computed once; every epoch then runs only the top layers)."""
-    import time
-
-    n = num_layers(model)
-    split = max(0, n - cfg.train_top_layers)
-    model.to(cfg.device)
-    t = time.perf_counter()
-    deviation = check_split(model, dataset.items[0]["input_ids"], split, pad_id)
-    states = lower_states(model, [it["input_ids"] for it in dataset.items], split, pad_id,
-                          batch_size=max(1, cfg.per_device_train_batch_size * 2), progress=True)
-    for item, st in zip(dataset.items, states):
-        item["lower_states"] = st
-    return {"split": split, "layers": n, "trained_layers": n - split, "cache_s": round(time.perf_counter() - t, 1),
-            "cached_tokens": sum(st.shape[0] for st in states), "split_check_deviation": deviation}
-
-
 def lora_summary(model) -> dict | None:
     """The adapter actually trained (with ``init_adapter`` its rank and targets, not the recipe's lora_* keys)."""
     pc = getattr(model, "peft_config", {}).get("default")
@@ -340,31 +281,35 @@ def lora_summary(model) -> dict | None:
 
 
 def export_router(model, tokenizer, cfg: SufficiencyTrainingConfig, export_dir: str, training_info: dict | None = None):
-    """Merge LoRA (if any) into a copy-free plain model and write the router directory atomically."""
+    """Merge LoRA (if any) into a plain model in the training dtype (bf16 / fp16 / fp32, as ``memroute export``
+    does by default) and write the router directory atomically."""
+    from routers.base import cast_weights, torch_dtype
     from routers.sufficiency import SufficiencyRouter
+    from train.export import training_dtype
 
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
-    model = model.float()
+    model = cast_weights(model.float(), torch_dtype(training_dtype({"bf16": cfg.bf16, "fp16": cfg.fp16})))
     router = SufficiencyRouter.from_model(model, tokenizer, threshold=cfg.threshold,
                                           max_input_tokens=cfg.router_max_input_tokens, base_model=cfg.model_name_or_path)
     router.save_pretrained(export_dir, model_card=router.model_card(training=training_info))
     return router
 
 
-def prepare_run(cfg: SufficiencyTrainingConfig) -> tuple[list[dict], str | None]:
-    """Everything that can fail on user input without a model: the samples (read and validated), the
-    local model / adapter paths, the export target, and the checkpoint to resume with its fingerprint."""
+def prepare_run(cfg: SufficiencyTrainingConfig) -> tuple[list[dict], list[dict] | None, dict | None, str | None]:
+    """Everything that can fail on user input without a model: the samples (read and validated; split into train
+    and dev, or the eval file read and checked disjoint), the local model / adapter paths, the export target, and
+    the checkpoint to resume with its fingerprint. Returns (train records, eval records, eval info, resume)."""
     check_local_model_path(cfg.model_name_or_path, "model_name_or_path")
     if cfg.teacher_model_name_or_path:
         check_local_model_path(cfg.teacher_model_name_or_path, "teacher_model_name_or_path")
     if cfg.init_adapter and not (Path(cfg.init_adapter) / "adapter_config.json").is_file():
         raise FileNotFoundError(f"init_adapter {cfg.init_adapter}: no adapter_config.json (expected a LoRA output_dir)")
-    records = read_samples(cfg.train_file)
+    records, evals, held_out = train_and_eval_records(cfg, read_samples(cfg.train_file), read_samples)
     resume = resolve_resume(cfg)
-    check_start(cfg, "sufficiency", resume, run_fingerprint(cfg, FINGERPRINT_KEYS, {"train_file": cfg.train_file}),
-                protect=(cfg.init_adapter, resume))
-    return records, resume
+    fingerprint = {**run_fingerprint(cfg, FINGERPRINT_KEYS, {"train_file": cfg.train_file}), **dev_fingerprint(cfg)}
+    check_start(cfg, "sufficiency", resume, fingerprint, protect=(cfg.init_adapter, resume))
+    return records, evals, held_out, resume
 
 
 def make_parser():
@@ -380,7 +325,9 @@ def main(argv=None):
     parser = make_parser()
     cpu_ddp_defaults(parser)
     (cfg,) = parse_config(parser, [SufficiencyTrainingConfig], argv)
-    records, resume = prepare_run(cfg)
+    setup_cli_logging()  # a CLI entry point (memroute train ..., python -m, accelerate launch -m)
+    resolve_report_to(cfg)
+    records, eval_records, held_out, resume = prepare_run(cfg)
     model, tokenizer = build_model(cfg)
     yes_ids, no_ids = verbalizer_ids(tokenizer, YES_WORDS), verbalizer_ids(tokenizer, NO_WORDS)
     teacher = None
@@ -392,11 +339,17 @@ def main(argv=None):
         teacher.eval().requires_grad_(False)
     dataset = SufficiencyDataset(records, tokenizer, cfg.max_length, cfg.max_train_samples, teacher_tokenizer,
                                  source=cfg.train_file)
-    frozen = cache_lower_layers(model, dataset, cfg, tokenizer.pad_token_id) if cfg.train_top_layers else None
-    if frozen and int(os.environ.get("RANK", "0")) == 0:
-        print(f"[memroute] frozen-prefix path: layers 0-{frozen['split'] - 1} cached once "
-              f"({frozen['cached_tokens']} tokens, {frozen['cache_s']:.0f}s); training the top {frozen['trained_layers']}",
-              file=sys.stderr)
+    eval_dataset = None
+    if eval_records is not None:  # no max_train_samples cap: the whole dev split / eval file is scored
+        eval_dataset = SufficiencyDataset(eval_records, tokenizer, cfg.max_length, None, teacher_tokenizer,
+                                          source=cfg.eval_file or f"dev split of {cfg.train_file}")
+        held_out["eval_samples"], held_out["eval_skipped_too_long"] = len(eval_dataset), eval_dataset.skipped_too_long
+    frozen = None
+    if cfg.train_top_layers:  # eval samples need their cached lower-layer states too
+        frozen = cache_lower_layers(model, [d for d in (dataset, eval_dataset) if d is not None], cfg.train_top_layers,
+                                    cfg.device, tokenizer.pad_token_id, max(1, cfg.per_device_train_batch_size * 2))
+        log.info("frozen-prefix path: layers 0-%d cached once (%d tokens, %.0fs); training the top %d",
+                 frozen["split"] - 1, frozen["cached_tokens"], frozen["cache_s"], frozen["trained_layers"])
     rep_layer = cfg.rep_layer if cfg.rep_layer is not None else default_rep_layer(model)
     n_states = model.config.num_hidden_layers + 1  # hidden_states: embeddings + one per layer
     if cfg.lambda_rep > 0 and not -n_states <= rep_layer < n_states:
@@ -406,7 +359,10 @@ def main(argv=None):
     scale_file = Path(cfg.output_dir) / "distill_scale.json"
     if s0 is None and resume and scale_file.exists():
         s0 = json.loads(scale_file.read_text())["s0"]
-    trainer = SufficiencyTrainer(model=model, args=cfg, train_dataset=dataset,
+    metric_hooks = {} if eval_dataset is None else {
+        "eval_dataset": eval_dataset, "compute_metrics": binary_metrics,
+        "preprocess_logits_for_metrics": ScoreFromLogits(yes_ids, no_ids)}
+    trainer = SufficiencyTrainer(model=model, args=cfg, train_dataset=dataset, **metric_hooks,
                                  data_collator=SufficiencyCollator(tokenizer.pad_token_id), processing_class=tokenizer,
                                  yes_ids=yes_ids, no_ids=no_ids, lambda_rep=cfg.lambda_rep, rep_layer=rep_layer, s0=s0,
                                  teacher_model=teacher, cache_teacher_states=cfg.cache_teacher_states,
@@ -417,12 +373,16 @@ def main(argv=None):
         teacher.to(trainer.args.device)
     if trainer.is_world_process_zero():
         save_resolved_config(cfg.output_dir, cfg)
-        print(f"[memroute] {len(dataset)} training samples ({dataset.skipped_too_long} skipped > {cfg.max_length} tokens); "
-              f"rep layer {rep_layer}; resume from {resume}", file=sys.stderr)
+        log.info("%d training samples (%d skipped > %d tokens); %s; rep layer %s; resume from %s", len(dataset),
+                 dataset.skipped_too_long, cfg.max_length,
+                 f"{len(eval_dataset)} eval samples" if eval_dataset is not None else "no eval set", rep_layer, resume)
+    add_early_stopping(trainer, cfg)
     budget = time_budget_callback(cfg.max_train_minutes) if cfg.max_train_minutes is not None else None
     if budget is not None:
         trainer.add_callback(budget)
-    result = trainer.train(resume_from_checkpoint=resume)
+    result = trainer.train(resume_from_checkpoint=resume)  # load_best_model_at_end: trainer.model is the best one
+    if eval_dataset is not None and not has_eval_strategy(cfg):
+        trainer.evaluate()  # an eval set without eval_strategy: score the final model once
     trainer.save_model(cfg.output_dir)
     info = {"model": cfg.model_name_or_path, "train_file": cfg.train_file, "samples": len(dataset),
             "skipped_too_long": dataset.skipped_too_long, "steps": result.global_step,
@@ -430,12 +390,17 @@ def main(argv=None):
             "lambda_rep": cfg.lambda_rep, "s0": trainer.s0, "rep_layer": rep_layer, "world_size": trainer.args.world_size,
             "resumed_from": resume, "init_adapter": cfg.init_adapter,
             "stopped_by_time_budget_at_step": budget.stopped_at_step if budget is not None else None,
-            "lora": lora_summary(model) if cfg.use_lora else None, "frozen_prefix": frozen}
+            "lora": lora_summary(model) if cfg.use_lora else None, "frozen_prefix": frozen,
+            "eval": {**held_out, **best_model_info(trainer)} if held_out else None}
+    if cfg.export_dir:  # on every rank: under FSDP the full weights are gathered first
+        from train.export import model_for_export
+
+        full_model = model_for_export(trainer, cfg.output_dir, cfg.model_name_or_path)
     if trainer.is_world_process_zero():
         atomic_write_json(Path(cfg.output_dir) / "train_summary.json", {**info, "log_history": trainer.state.log_history})
         if cfg.export_dir:
-            export_router(trainer.accelerator.unwrap_model(trainer.model), tokenizer, cfg, cfg.export_dir, info)
-            print(f"[memroute] exported router to {cfg.export_dir}", file=sys.stderr)
+            export_router(full_model, tokenizer, cfg, cfg.export_dir, info)
+            log.info("exported router to %s", cfg.export_dir)
     return trainer, info
 
 

@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from routers.base import PROBABILITY, ROUTER_CONFIG, ExportedRouter, RouterConfigError, model_card_json_sections
+from routers.base import PROBABILITY, ROUTER_CONFIG, ExportedRouter, RouterConfigError
 from routers.memagent import prompts as P
 from routers.models import kv_cache_kwarg, output_kv_cache
 
@@ -138,6 +138,27 @@ def sequence_log_probs(model, sequences: Sequence[Sequence[int]], starts: Sequen
 
 
 PHASES = ("begin", "in", "end")
+
+
+def portable_adapter_config(file: Path, base_model: str | None) -> None:
+    """Name the base model by its Hub id in ``adapter_config.json`` (peft writes the local path it was loaded
+    from, e.g. the converted SmolLM2 cache folder), so ``AutoPeftModelForCausalLM`` loads the adapter anywhere.
+    A base with no known Hub id keeps its path (logged)."""
+    import json
+
+    from routers.cards import hub_model_id
+    from routers.io import atomic_write_json
+    from routers.logs import get_logger
+
+    data = json.loads(file.read_text(encoding="utf-8"))
+    hub_id = hub_model_id(base_model) or hub_model_id(data.get("base_model_name_or_path"))
+    if hub_id:
+        data["base_model_name_or_path"] = hub_id
+        atomic_write_json(file, data)
+    else:
+        get_logger(__name__).warning("%s: base model %s has no known Hugging Face Hub id; adapter_config.json keeps "
+                                     "the local path (the adapter loads only where that path exists)", file,
+                                     data.get("base_model_name_or_path"))
 
 
 def _text(value, name: str) -> str:
@@ -389,33 +410,39 @@ class MemAgentRouter(ExportedRouter):
     def _save_weights(self, directory: Path) -> None:
         self.model.save_pretrained(directory, safe_serialization=True)
         self.tokenizer.save_pretrained(directory)
+        if (directory / ADAPTER_CONFIG).is_file():
+            portable_adapter_config(directory / ADAPTER_CONFIG, self.config.base_model)
 
     def model_card(self, metrics: dict | None = None, training: dict | None = None) -> str:
         return default_model_card(self, metrics=metrics, training=training)
 
 
+USAGE = """from routers.memagent.router import MemAgentRouter
+router = MemAgentRouter.from_pretrained("path/to/this/dir")
+name = router.begin(goal, previews, providers)        # provider name or None
+query = router.inject(goal, step_index, state_summary)  # True = inject
+stores = router.end(trajectory, providers)             # list of provider names"""
+
+
 def default_model_card(router: MemAgentRouter, metrics: dict | None = None, training: dict | None = None) -> str:
+    from routers.cards import build_card, hub_model_id
+
     cfg = router.config
     adapter = hasattr(router.model, "peft_config")
-    lines = [
-        "---", "library_name: memroute", "tags: [memroute, memagent, memory-router]",
-        f"base_model: {cfg.base_model}", "---", "",
-        "# MemAgent memory router", "",
-        "Routes an agent's memory across heterogeneous providers (MemAgent): **Begin** picks the provider to",
-        "retrieve from (or none), **In** decides each step whether to inject the short-term summary, **End**",
-        "picks the providers that store the finished trajectory. Decisions score the candidate completions'",
-        "log-probabilities (no free generation). End is scored per provider (yes/no).", "",
-        "```python", "from routers.memagent.router import MemAgentRouter",
-        "router = MemAgentRouter.from_pretrained(\"path/to/this/dir\")",
-        "name = router.begin(goal, previews, providers)        # provider name or None",
-        "query = router.inject(goal, step_index, state_summary)  # True = inject",
-        "stores = router.end(trajectory, providers)             # list of provider names", "```", "",
-        f"- weights: {'LoRA adapter over ' + str(cfg.base_model) if adapter else 'merged full model'}",
-        f"- thresholds: in {cfg.in_threshold}, end {cfg.end_threshold}; input budget {cfg.max_input_tokens} tokens",
-        f"- provider pool at training: {', '.join(cfg.provider_names) or '(not recorded)'}",
-    ]
-    lines += model_card_json_sections(training, metrics)
-    lines += ["", "## Data and licenses", "",
-              "Trained on forced-exploration supervision (MemAgent, Wei et al.) from the user's own environment",
-              "runs (the built-in suite: TextWorld games). Base model license applies to the weights.", ""]
-    return "\n".join(lines)
+    base = hub_model_id(cfg.base_model) or cfg.base_model
+    usage = USAGE
+    if adapter:
+        usage += ("\n# or, with peft only (the base model is named by its Hub id in adapter_config.json):\n"
+                  "# AutoPeftModelForCausalLM.from_pretrained(\"path/to/this/dir\")")
+    return build_card(
+        "memagent", title="MemAgent memory router",
+        description=("Routes an agent's memory across heterogeneous providers (MemAgent): **Begin** picks the provider to\n"
+                     "retrieve from (or none), **In** decides each step whether to inject the short-term summary, **End**\n"
+                     "picks the providers that store the finished trajectory. Decisions score the candidate completions'\n"
+                     "log-probabilities (no free generation). End is scored per provider (yes/no)."),
+        usage=usage, base_model=cfg.base_model, training=training, metrics=metrics, adapter=adapter,
+        details=[f"- weights: {'LoRA adapter over ' + str(base) if adapter else 'merged full model'}, "
+                 f"{str(router.model.dtype).removeprefix('torch.')}",
+                 f"- thresholds: in {cfg.in_threshold}, end {cfg.end_threshold}; input budget {cfg.max_input_tokens} tokens",
+                 f"- provider pool at training: {', '.join(cfg.provider_names) or '(not recorded)'}"],
+        extra_tags=("memagent", "memory-router"))
