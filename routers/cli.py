@@ -13,7 +13,8 @@ import sys
 JOBS = {
     "synth": {"sufficiency": "data_synthesis.sufficiency:main", "retriever": "data_synthesis.retriever:main",
               "textworld": "data_synthesis.textworld_corpus:main",
-              "forced-exploration": "data_synthesis.memagent:main", "mix": "data_synthesis.mix:main"},
+              "forced-exploration": "data_synthesis.memagent:main", "mix": "data_synthesis.mix:main",
+              "mesa": "data_synthesis.mesa:main"},
     "train": {"sufficiency": "train.sufficiency:main", "retriever": "train.retriever:main",
               "memagent": "train.memagent:main"},
     # every export target runs train.export.export(<router>, argv); the retriever / memagent names are its aliases
@@ -39,6 +40,7 @@ commands:
   synth retriever        multi-positive contrastive pairs from evidence labels (LoCoMo / HotpotQA / TextWorld)
   synth textworld        TextWorld cooking games played with noise -> trajectory QA with exact evidence steps
   synth forced-exploration  MemAgent: Begin option x In policy rollouts per task -> begin/in/end.jsonl supervision
+  synth mesa             MESA: five memory structures per episode + all 31 subsets per question, scored
   synth mix              mix sufficiency sample files (seeded; per-file caps, label balance) into one train file
   train sufficiency      LoRA + grouped-token loss + distillation (or: accelerate launch -m train.sufficiency)
   train retriever        multi-positive InfoNCE on MiniLM (or: accelerate launch -m train.retriever)

@@ -33,6 +33,9 @@ JOBS = {
     "memagent/synth": "data_synthesis.memagent",
     "memagent/train": "train.memagent",
     "memagent/eval": "eval.memagent",
+    "mesa/synth": "data_synthesis.mesa",
+    "mesa/train": "train.mesa",
+    "mesa/eval": "eval.mesa",
     ".": "eval.quickstart",  # configs/quickstart.yaml: the quickstart's embedded defaults, written out
 }
 
