@@ -23,11 +23,10 @@ from __future__ import annotations
 import numpy as np
 
 from routers.mesa.policies_core import (AXES, DIRECTIONS, FAMILIES, FIXED, Family, FitData, Policy,  # noqa: F401
-                                        best_mask, fit_gates, fit_lookup, fit_policy, gate_probs, greedy_subset,
-                                        mask_where, shrunk_means)
+                                        best_mask, family, fit_gates, fit_lookup, fit_policy, gate_probs,
+                                        greedy_subset, mask_where, shrunk_means)
 from routers.mesa.policies_features import decompose, lexical_cues, qtype, question_type
 from routers.mesa.selector_view import K, STRUCTURES, key_of, mask_of_key
-from routers.mesa.policies_core import family
 
 __all__ = ["AXES", "DIRECTIONS", "FAMILIES", "FIXED", "FitData", "Policy", "fit_policy"]
 
