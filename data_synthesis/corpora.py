@@ -7,6 +7,8 @@
   sentence; supporting facts are the evidence.
 * TextWorld (MIT, Microsoft): trajectories of generated cooking games with evidence-exact QA, written by
   ``memroute synth textworld`` (:mod:`data_synthesis.textworld_corpus`); one episode per game.
+* tau-bench (MIT, Sierra): tool-calling airline trajectories with evidence-exact questions from their tool
+  results (:mod:`data_synthesis.taubench`); one episode per trajectory, split by task.
 * Your own data (``episodes``): Episode records as JSONL, a JSON list, parquet or a Hub dataset id, every bad
   record reported (:mod:`data_synthesis.episodes_corpus`; ``memroute validate FILE`` checks a file).
 """
@@ -217,11 +219,13 @@ def split_episodes(episodes: list[Episode], eval_fraction: float = 0.2, seed: in
     """Split by episode (conversation / trajectory), never by question, so no memory leaks across."""
     if eval_ids is not None:
         ids = set(eval_ids)
-    else:
-        order = sorted(e.episode_id for e in episodes)
+    else:  # episodes sharing meta["split_group"] (tau-bench trials of one task) stay on one side
+        group = {e.episode_id: str(e.meta.get("split_group", e.episode_id)) for e in episodes}
+        order = sorted(set(group.values()))
         random.Random(seed).shuffle(order)
         n_eval = max(1, round(len(order) * eval_fraction)) if len(order) > 1 else 0
-        ids = set(order[:n_eval])
+        held = set(order[:n_eval])
+        ids = {e for e, g in group.items() if g in held}
     return [e for e in episodes if e.episode_id not in ids], [e for e in episodes if e.episode_id in ids]
 
 
@@ -285,4 +289,8 @@ def load_corpus(name: str, path: str | None = None, **kwargs) -> list[Episode]:
         from data_synthesis.episodes_corpus import load_episodes
 
         return load_episodes(path, **kwargs)
-    raise ValueError(f"unknown corpus {name!r}; choose 'locomo', 'hotpotqa', 'textworld' or 'episodes'")
+    if name == "taubench":
+        from data_synthesis.taubench import load_taubench
+
+        return load_taubench(path, **kwargs)
+    raise ValueError(f"unknown corpus {name!r}; choose 'locomo', 'hotpotqa', 'textworld', 'taubench' or 'episodes'")

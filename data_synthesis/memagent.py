@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from routers.io import OutputLock, ResumableJsonlWriter, atomic_write_json, atomic_write_text, read_jsonl
+from routers.logs import get_logger, setup_cli_logging
 from routers.memagent.agent import IN_POLICIES
 from routers.memagent.protocol import Task, Trajectory
 from routers.memagent.rollout import (  # noqa: F401 - RolloutJob, token_counter: importable from here as before
@@ -51,6 +52,7 @@ from routers.memagent.rollout import (  # noqa: F401 - RolloutJob, token_counter
     validate_exploration, worker_rollout)
 from routers.memagent.rollout import short_term_factory as _stm_factory
 
+log = get_logger("data_synthesis.memagent")  # the same name under python -m
 TASK_FIELDS = ("id", "task_id", "goal", "previews", "retrieved")
 STORE_FIELDS = ("id", "task_id", "rollout_id", "provider", "item_ids")
 PROGRESS_FILE = "progress.json"
@@ -422,7 +424,7 @@ def make_parser():
 
 def main(argv=None) -> dict:
     from routers.config import parse_config, save_resolved_config
-
+    setup_cli_logging()  # a CLI entry point (memroute synth forced-exploration, python -m data_synthesis.memagent)
     (cfg,) = parse_config(make_parser(), [ForcedExplorationConfig], argv)
     with OutputLock(cfg.output_dir):  # for the whole run: a second run into the same directory fails at once
         return _main(cfg, save_resolved_config)
@@ -433,14 +435,14 @@ def _main(cfg: ForcedExplorationConfig, save_resolved_config) -> dict:
     result: dict[str, Any] = {}
     if cfg.stage in ("all", "explore"):
         result["explore"] = ForcedExplorer(cfg).explore()
-        print(f"[memroute] exploration: {result['explore']}", file=sys.stderr)
+        log.info("exploration: %s", result["explore"])
     if cfg.stage in ("all", "label"):
         if "train" not in cfg.splits and cfg.stage == "all":
             return result
         stats = label(cfg)
         result["labels"] = stats["labels"]
-        print(f"[memroute] supervision: {stats['labels']} success_rate={stats['success_rate']} "
-              f"judge={ {k: v for k, v in stats['counts'].items() if k.startswith('judge')} }", file=sys.stderr)
+        log.info("supervision: %s success_rate=%s judge=%s", stats["labels"], stats["success_rate"],
+                 {k: v for k, v in stats["counts"].items() if k.startswith("judge")})
     return result
 
 

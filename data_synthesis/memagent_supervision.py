@@ -37,7 +37,9 @@ from routers.memagent import prompts as P
 from routers.memagent.protocol import Preview, Trajectory
 from routers.memagent.rollout import FORMAT, SCHEMA_VERSION
 from routers.backends import form_reply
+from routers.logs import get_logger
 
+log = get_logger(__name__)
 S_MAX = 5
 # phase -> dimension -> (weight, inverted)   (paper Table 8)
 WEIGHTS: dict[str, dict[str, tuple[float, bool]]] = {
@@ -258,8 +260,8 @@ def run_judge(requests: Sequence[JudgeRequest], judge, path: str | Path, batch_s
                     raise RuntimeError(f"judge returned {len(replies)} replies for {len(chunk)} prompts")
             except Exception as err:  # noqa: BLE001 - counted, falls back to outcome-only labels
                 counts["judge_errors"] += len(chunk)
-                print(f"[memroute] judge error ({type(err).__name__}: {err}); outcome-only labels for "
-                      f"{len(chunk)} decisions", file=sys.stderr)
+                log.warning("judge error (%s: %s); outcome-only labels for %d decisions", type(err).__name__, err,
+                            len(chunk))
                 bar.update(len(chunk))
                 continue
             for req, reply in zip(chunk, replies):

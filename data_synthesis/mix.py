@@ -140,7 +140,9 @@ def make_parser():
 
 def main(argv=None) -> dict:
     from routers.config import parse_config
+    from routers.logs import setup_cli_logging
 
+    setup_cli_logging()  # a CLI entry point (memroute synth mix, python -m data_synthesis.mix)
     (cfg,) = parse_config(make_parser(), [MixConfig], argv)
     manifest = mix(cfg)
     print({"samples": manifest["samples"], "labels": manifest["labels"], "output": cfg.output})

@@ -50,6 +50,7 @@ from data_synthesis.episodes_corpus import load_episodes
 from data_synthesis.retriever_records import RECORD_FIELDS, SCHEMA_VERSION, build_record, evidence_problem
 from data_synthesis.retriever_records import (  # noqa: F401 (the record reader's home before the split)
     load_retriever_dataset, read_retriever_records)
+from data_synthesis.taubench import DEFAULT_TAUBENCH, load_taubench
 from data_synthesis.textworld_episodes import load_textworld
 from routers.io import OutputLock, ResumableJsonlWriter, atomic_write_json, read_jsonl
 from routers.memory.retrieval import HybridRetriever
@@ -66,7 +67,7 @@ class RetrieverSynthConfig:
 
     output_dir: str = "outputs/retriever_data"
     corpora: list[str] = field(default_factory=lambda: ["locomo", "hotpotqa"],
-                               metadata={"help": "any of: locomo, hotpotqa, textworld, episodes"})
+                               metadata={"help": "any of: locomo, hotpotqa, textworld, taubench, episodes"})
     locomo_path: str | None = field(default=None, metadata={"help": "defaults to the LoCoMo file shipped in the package"})
     hotpotqa_path: str = field(default=DEFAULT_HOTPOTQA, metadata={"help": "HotpotQA subset (JSON list)"})
     eval_episodes: list[str] = field(default_factory=lambda: ["conv-26", "conv-30"],
@@ -75,6 +76,9 @@ class RetrieverSynthConfig:
     textworld_path: str = field(default="outputs/textworld",
                                 metadata={"help": "output_dir of `memroute synth textworld` (or its episodes.jsonl)"})
     textworld_eval_fraction: float = field(default=0.2, metadata={"help": "share of TextWorld games held out"})
+    taubench_path: str = field(default=DEFAULT_TAUBENCH, metadata={"help": "tau-bench trajectories (JSON list)"})
+    taubench_eval_fraction: float = field(default=0.2, metadata={
+        "help": "share of tau-bench tasks held out (all trials of a task on one side)"})
     episodes_path: str | None = field(default=None, metadata={
         "help": "your own corpus (corpora: [episodes]): Episode JSONL / JSON list / parquet file or Hub dataset id"})
     episodes_eval_episodes: list[str] | None = field(default=None, metadata={"help": "held-out episodes of episodes_path"})
@@ -114,12 +118,12 @@ class RetrieverSynthConfig:
             raise ValueError(f"episodes_eval_fraction must be in (0, 1), got {self.episodes_eval_fraction}")
         check_positive(self, "max_qa_per_episode", "window_size", "max_positives", "hard_pool", "encode_batch_size")
         check_non_negative(self, "bm25_negatives", "dense_negatives", "window_negatives", "neighbour_exclusion")
-        for name in ("hotpotqa_eval_fraction", "textworld_eval_fraction"):
+        for name in ("hotpotqa_eval_fraction", "textworld_eval_fraction", "taubench_eval_fraction"):
             if not 0.0 <= getattr(self, name) < 1.0:  # 0 = nothing held out; 1 would leave no training data
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
 
 
-CORPORA = ("locomo", "hotpotqa", "textworld", "episodes")
+CORPORA = ("locomo", "hotpotqa", "textworld", "taubench", "episodes")
 # options that only change batching / where the files go, not which records are made
 NOT_FINGERPRINTED = ("output_dir", "encode_batch_size", "resume")
 
@@ -163,6 +167,12 @@ def load_corpora(cfg: RetrieverSynthConfig, load_stats: dict[str, LoadStats]) ->
         eps = nonempty(load_textworld(cfg.textworld_path, stats=load_stats.setdefault("textworld", LoadStats())),
                        "textworld", cfg.textworld_path)
         tr, ev = _split_by_fraction(eps, cfg.textworld_eval_fraction, cfg.split_seed)
+        train += tr
+        held += ev
+    if "taubench" in cfg.corpora:
+        eps = nonempty(load_taubench(cfg.taubench_path, stats=load_stats.setdefault("taubench", LoadStats())),
+                       "taubench", cfg.taubench_path)
+        tr, ev = _split_by_fraction(eps, cfg.taubench_eval_fraction, cfg.split_seed)
         train += tr
         held += ev
     if "episodes" in cfg.corpora:
@@ -313,7 +323,9 @@ def make_parser():
 
 def main(argv=None) -> dict:
     from routers.config import parse_config, save_resolved_config
+    from routers.logs import setup_cli_logging
 
+    setup_cli_logging()  # a CLI entry point (memroute synth retriever, python -m data_synthesis.retriever)
     (cfg,) = parse_config(make_parser(), [RetrieverSynthConfig], argv)
     with OutputLock(cfg.output_dir):  # before anything is loaded or written: a second run fails at once
         prepared = prepare(cfg)

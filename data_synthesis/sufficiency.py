@@ -54,7 +54,7 @@ class SufficiencySynthConfig:
     """Options of ``memroute synth sufficiency`` (YAML recipe + CLI overrides)."""
 
     output_dir: str = "outputs/sufficiency_data"
-    corpus: str = field(default="locomo", metadata={"help": "locomo, hotpotqa, textworld or episodes (your own data)"})
+    corpus: str = field(default="locomo", metadata={"help": "locomo, hotpotqa, textworld, taubench or episodes (your own data)"})
     corpus_path: str | None = field(default=None, metadata={
         "help": "defaults to the LoCoMo file shipped in the package; episodes: a JSONL / JSON / parquet file or Hub id"})
     eval_fraction: float | None = field(default=None, metadata={
@@ -115,7 +115,7 @@ class SufficiencySynthConfig:
                              "set prefix_top_k (e.g. [3, 5]) or intervention_samples: true")
 
 
-CORPORA = ("locomo", "hotpotqa", "textworld", "episodes")
+CORPORA = ("locomo", "hotpotqa", "textworld", "taubench", "episodes")
 # options that only change batching / where the files go, not which records are made
 NOT_FINGERPRINTED = ("output_dir", "qa_chunk", "answer_batch_size", "resume")
 
@@ -313,7 +313,9 @@ def make_parser():
 
 def main(argv=None) -> dict:
     from routers.config import parse_config, save_resolved_config
+    from routers.logs import setup_cli_logging
 
+    setup_cli_logging()  # a CLI entry point (memroute synth sufficiency, python -m data_synthesis.sufficiency)
     (cfg,) = parse_config(make_parser(), [SufficiencySynthConfig], argv)
     with OutputLock(cfg.output_dir):  # before anything is loaded or written: a second run fails at once
         plan = prepare(cfg)

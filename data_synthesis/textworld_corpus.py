@@ -212,7 +212,9 @@ def make_parser():
 
 def main(argv=None) -> dict:
     from routers.config import parse_config, save_resolved_config
+    from routers.logs import setup_cli_logging
 
+    setup_cli_logging()  # a CLI entry point (memroute synth textworld, python -m data_synthesis.textworld_corpus)
     (cfg,) = parse_config(make_parser(), [TextWorldCorpusConfig], argv)
     with OutputLock(cfg.output_dir):
         prepare(cfg)

@@ -33,7 +33,10 @@ from pathlib import Path
 from routers.base import git_revision, library_versions, write_json
 from routers.memagent import prompts as P
 from routers.memagent.protocol import Preview, Task, Trajectory, TrajectoryStep
+from routers.logs import get_logger, setup_cli_logging
 from routers.models import bf16_supported, default_device, minilm_path, resolve_causal_lm
+
+log = get_logger("eval.device_check")  # the same name under python -m
 
 # The routers and trainers (torch, transformers, peft, sentence-transformers) are imported by the check
 # that uses them, after these defaults are set.
@@ -316,6 +319,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> dict:
+    setup_cli_logging()  # a CLI entry point (memroute check-device, python -m eval.device_check)
     args = make_parser().parse_args(argv)
     import torch
 
@@ -358,8 +362,9 @@ def main(argv=None) -> dict:
               f"{r.get('max_abs_diff_device_vs_cpu', float('nan')):>9.1e}")
         for p in r["problems"]:
             print(f"  problem: {p}")
-    print(f"[memroute] device check {'passed' if report['ok'] else 'FAILED'} on {device}; "
-          f"report: {out_dir / 'device_check.json'}", file=sys.stderr)
+    (log.info if report["ok"] else log.warning)("device check %s on %s; report: %s",
+                                                "passed" if report["ok"] else "FAILED", device,
+                                                out_dir / "device_check.json")
     return report
 
 

@@ -25,7 +25,6 @@ task), ``begin_confusion.png``, ``coverage.png`` and ``resolved_config.yaml`` in
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -42,6 +41,7 @@ from routers.memagent.providers import ProviderProbe
 from routers.memagent.rollout import RolloutContext, build_context, rollout
 from routers.memagent.router import MemAgentRouter
 from routers.config import ConfigError, load_yaml, make_arg_parser, parse_config, save_resolved_config
+from routers.logs import setup_cli_logging
 
 __all__ = [  # the metrics live in eval.memagent_metrics; they are re-exported here for existing callers
     "EXPLORATION_FIELDS", "MemAgentEvalConfig", "RolloutContext", "baseline_rows", "begin_accuracy",
@@ -185,6 +185,7 @@ def build_rollout_context(cfg: MemAgentEvalConfig, pool: Sequence[str]) -> Rollo
 
 
 def main(argv=None) -> dict:
+    setup_cli_logging()  # a CLI entry point (memroute eval memagent, python -m eval.memagent)
     (cfg,) = parse_config(make_parser(), [MemAgentEvalConfig], argv)
     if not Path(cfg.exploration_dir).is_dir():
         raise FileNotFoundError(f"exploration_dir {cfg.exploration_dir}: no such directory (the output_dir of "
@@ -286,7 +287,7 @@ def _print_summary(m: dict) -> None:
             lines.append(f"  routed        {pct(m['routed']['success_rate'])}  steps {m['routed']['avg_steps']}")
     for name, row in m["baselines"].items():
         lines.append(f"  {name:<13} {pct(row['success_rate'])}  steps {row['avg_steps']}")
-    print("\n".join(lines), file=sys.stderr)
+    print("\n".join(lines))  # the result table the command was run for (stdout, as the other evaluations)
 
 
 if __name__ == "__main__":

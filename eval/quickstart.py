@@ -8,7 +8,6 @@ Each stage resumes: rerunning after a crash continues synthesis and training whe
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,9 @@ from data_synthesis.sufficiency import SufficiencySynthConfig, SufficiencySynthe
 from eval import sufficiency as eval_sufficiency
 from routers.models import DEFAULT_CAUSAL_LM, DEFAULT_ENCODER, bf16_supported
 from routers.config import make_arg_parser, parse_config, save_resolved_config
+from routers.logs import get_logger, setup_cli_logging
+
+log = get_logger("eval.quickstart")  # the same name under python -m
 
 
 @dataclass
@@ -53,7 +55,7 @@ class QuickstartConfig:
 
 
 def _stage(name: str):
-    print(f"\n[memroute quickstart] === {name} ===", file=sys.stderr, flush=True)
+    log.info("=== %s ===", name)
     return time.perf_counter()
 
 
@@ -65,6 +67,7 @@ def make_parser():
 def main(argv=None) -> dict:
     from train import sufficiency as train_sufficiency  # peft/trl: imported when the quickstart runs
 
+    setup_cli_logging()  # a CLI entry point (memroute quickstart, python -m eval.quickstart)
     (cfg,) = parse_config(make_parser(), [QuickstartConfig], argv)
     if cfg.bf16 is None:
         cfg.bf16 = bf16_supported()

@@ -33,7 +33,6 @@ import json
 import math
 import os
 import platform
-import sys
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -51,6 +50,9 @@ from routers.memory.retrieval import HybridRetriever
 from routers.memory.schema import LoadStats
 from routers.models import DEFAULT_ENCODER, load_encoder, resolve_encoder
 from routers.config import ConfigError, make_arg_parser, parse_config, save_resolved_config
+from routers.logs import get_logger, setup_cli_logging
+
+log = get_logger("eval.retrieval")  # the same name under python -m
 
 SYSTEMS = ("bm25", "base", "trained", "hybrid_base", "hybrid_trained")
 CUTOFF = 10
@@ -227,9 +229,8 @@ def evaluate_systems(cfg: RetrievalEvalConfig, episodes, encoders: Mapping[str, 
         if kind == "hybrid":
             res["dense_weight"] = cfg.dense_weight
         results[system] = res
-        print(f"[eval retrieval] {system}: " + ", ".join(f"{k} {v:.3f}" for k, v in res.items()
-                                                        if k.startswith(("recall@", "mrr", "ndcg")) and isinstance(v, float)),
-              file=sys.stderr)
+        log.info("%s: %s", system, ", ".join(f"{k} {v:.3f}" for k, v in res.items()
+                                              if k.startswith(("recall@", "mrr", "ndcg")) and isinstance(v, float)))
     return results, rows
 
 
@@ -321,7 +322,7 @@ def _run(cfg: RetrievalEvalConfig, encoders, episodes, load_stats) -> dict:
         results, rows = evaluate_systems(cfg, episodes, encoders, cache, identities)
         n_cached = cache.hits
     if n_cached:
-        print(f"[eval retrieval] {n_cached} rankings reused from {out / 'ranking_cache.jsonl'}", file=sys.stderr)
+        log.info("%d rankings reused from %s", n_cached, out / "ranking_cache.jsonl")
     if not results:
         raise ValueError(f"no system could run: {cfg.systems} (is the trained/base encoder missing?)")
     columns = [f"recall@{k}" for k in cfg.ks] + [f"mrr@{CUTOFF}", f"ndcg@{CUTOFF}"]
@@ -357,6 +358,13 @@ def make_parser():
 
 
 def main(argv=None) -> dict:
+    import sys
+
+    if any(a == "--leave_out" or a.startswith("--leave_out=") for a in (sys.argv[1:] if argv is None else argv)):
+        from eval.leave_out import main as leave_out_main  # leave-one-corpus-out (eval/leave_out.py)
+
+        return leave_out_main(argv, kind="retrieval")
+    setup_cli_logging()  # a CLI entry point (memroute eval retrieval, python -m eval.retrieval)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     (cfg,) = parse_config(make_parser(), [RetrievalEvalConfig], argv)
     report = run(cfg)  # writes resolved_config.yaml once it holds the output lock

@@ -38,6 +38,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from routers.io import OutputLock, RecordError, atomic_write_json, atomic_write_text, read_jsonl
+from routers.logs import get_logger, setup_cli_logging
 from data_synthesis.sufficiency_samples import read_samples
 from eval.metrics import (DEFAULT_TAUS, MIN_CALIBRATION_PER_CLASS, MIN_CALIBRATION_SAMPLES, binary_metrics,
                           calibrate_threshold, calibration_refusal, finite_or_none, threshold_metrics)
@@ -46,6 +47,8 @@ from routers.base import CALIBRATION, check_router_dir, git_revision, library_ve
 from routers.models import resolve_causal_lm
 from routers.sufficiency import SufficiencyRouter
 from routers.config import ConfigError, make_arg_parser, parse_config, save_resolved_config
+
+log = get_logger("eval.sufficiency")  # the same name under python -m
 
 REQUIRED_FIELDS = ("id", "question", "context", "label")
 BASE, TRAINED = "base", "trained"
@@ -247,6 +250,11 @@ def format_table(models: dict) -> str:
 
 # -- entry points --------------------------------------------------------------------------------------
 def main(argv=None) -> dict:
+    if any(a == "--leave_out" or a.startswith("--leave_out=") for a in (sys.argv[1:] if argv is None else argv)):
+        from eval.leave_out import main as leave_out_main  # leave-one-corpus-out (eval/leave_out.py)
+
+        return leave_out_main(argv, kind="sufficiency")
+    setup_cli_logging()  # a CLI entry point (memroute eval sufficiency, python -m eval.sufficiency)
     (cfg,) = parse_config(make_parser(), [SufficiencyEvalConfig], argv)
     if not cfg.data:
         raise ConfigError("--data (an eval JSONL) is required")
@@ -256,8 +264,7 @@ def main(argv=None) -> dict:
         if base_model is None:
             base_model = router_config.get("base_model")
             if base_model is None:
-                print(f"[eval] {cfg.router}/router_config.json names no base_model: skipping the base comparison",
-                      file=sys.stderr)
+                log.warning("%s/router_config.json names no base_model: skipping the base comparison", cfg.router)
             elif not isinstance(base_model, str):
                 raise ConfigError(f"{cfg.router}/router_config.json: base_model must be a string, got "
                                   f"{base_model!r:.60} (pass --base_model)")
@@ -287,10 +294,10 @@ def _score_models(cfg: SufficiencyEvalConfig, base_model: str | None, records: l
     models: dict[str, dict] = {}
     cache = ResultCache(out / "score_cache.jsonl", fresh=not cfg.resume, required=("score",), validate=score_field)
     for name, load in loaders.items():
-        print(f"[eval] scoring {len(records)} samples with the {name} router", file=sys.stderr)
+        log.info("scoring %d samples with the %s router", len(records), name)
         scores[name], info = _score_with(load, records, cfg.batch_size, cache, identities[name], name)
         if info["timing"]["from_cache"]:
-            print(f"[eval] {name}: {info['timing']['from_cache']} scores reused from {cache.path}", file=sys.stderr)
+            log.info("%s: %d scores reused from %s", name, info["timing"]["from_cache"], cache.path)
         m = binary_metrics(labels, scores[name], cfg.taus)
         m["at_0.5"] = threshold_metrics(labels, scores[name], 0.5)
         m["per_variant"] = _per_variant(records, scores[name], cfg.taus)
@@ -322,10 +329,10 @@ def _calibration(cfg: SufficiencyEvalConfig, labels: np.ndarray, scores: dict[st
             written_to_router = True
     else:
         (out / "calibration.json").unlink(missing_ok=True)  # a stale one from an earlier run would mislead
-        print(f"[eval] calibration skipped: {skipped}", file=sys.stderr)
+        log.info("calibration skipped: %s", skipped)
         if cfg.write_calibration_to_router:
-            print(f"[eval] WARNING: --write_calibration_to_router was asked for, but NOTHING was written into "
-                  f"{cfg.router}: {skipped}. The router keeps its current tau.", file=sys.stderr)
+            log.warning("--write_calibration_to_router was asked for, but NOTHING was written into %s: %s. "
+                        "The router keeps its current tau.", cfg.router, skipped)
     return calibration, skipped, written_to_router
 
 
@@ -385,6 +392,7 @@ def calibrate_main(argv=None) -> dict:
 
     Refuses (ValueError naming the scores file, nothing written) when the rows hold one class only or fewer
     than ``--min_calibration_samples`` in-budget rows / ``--min_calibration_per_class`` of either label."""
+    setup_cli_logging()
     (cfg,) = parse_config(make_calibrate_parser(), [CalibrateConfig], argv)
     if not cfg.scores or not cfg.output:
         raise ConfigError("--scores and --output are required")

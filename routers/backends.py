@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import sys
 import threading
 import time
 import urllib.error
@@ -21,8 +20,10 @@ from typing import Mapping, Protocol, Sequence, runtime_checkable
 # The module, not its functions: a test or caller that patches ``routers.models.load_causal_lm`` also
 # patches what :class:`TransformersBackend` loads with, as when both lived in one module.
 from routers import models
+from routers.logs import get_logger
 from routers.models import DEFAULT_CAUSAL_LM, left_pad
 
+log = get_logger(__name__)
 Message = dict
 
 
@@ -148,7 +149,7 @@ def is_local_host(host: str | None) -> bool:
 
 
 def warn_if_key_sent_in_clear(base_url: str) -> bool:
-    """Warn once per host (stderr) that an API key goes in clear text over plain http to a non-local host.
+    """Warn once per host (a log warning) that an API key goes in clear text over plain http to a non-local host.
     Returns whether this call warned. The key itself is never printed."""
     parts = urllib.parse.urlsplit(base_url)
     host = parts.hostname or ""
@@ -158,9 +159,8 @@ def warn_if_key_sent_in_clear(base_url: str) -> bool:
         if host in _warned_hosts:
             return False
         _warned_hosts.add(host)
-    print(f"[memroute] warning: sending the API key ($OPENAI_API_KEY or api_key) in clear text over plain http to "
-          f"{host}; use https, a local server, or unset the key for a server that does not need one",
-          file=sys.stderr)
+    log.warning("sending the API key ($OPENAI_API_KEY or api_key) in clear text over plain http to %s; use https, "
+                "a local server, or unset the key for a server that does not need one", host)
     return True
 
 

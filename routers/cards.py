@@ -28,6 +28,7 @@ from routers.logs import get_logger
 log = get_logger(__name__)
 
 EVAL_RESULTS = "eval_results.json"   # an evaluation written into / beside an export (read_eval_results)
+OWN_DATA = "episodes"                # the synthesis corpus name of a user's own data
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ CORPORA = {
     "hotpotqa": Corpus("HotpotQA", "cc-by-sa-4.0", "hotpotqa/hotpot_qa", "Yang et al., 2018"),
     "textworld": Corpus("TextWorld games generated locally", "mit", None, "Cote et al., 2018"),
     "taubench": Corpus("tau-bench trajectories", "mit", None, "Yao et al., 2024"),
+    # --corpus episodes: the trainer's own data. Its licence is theirs to state, so the card says "other".
+    OWN_DATA: Corpus("your own Episode corpus (--corpus episodes)", "other", None, "provided by whoever trained it"),
 }
 # What each router trains on when the training summary names nothing else.
 DEFAULT_CORPORA = {"sufficiency": ("locomo",), "retriever": ("locomo",), "memagent": ("textworld",)}
@@ -90,8 +93,8 @@ def hub_model_id(name_or_path) -> str | None:
 
 # -- training data -----------------------------------------------------------------------------------------------
 def _corpus_of_file(file: str) -> list[str]:
-    """Corpora a training file came from: the synthesis run's resolved_config.yaml ``corpus`` (or a mix manifest's
-    sources), else a corpus name in the file path."""
+    """Corpora a training file came from: the synthesis run's resolved_config.yaml ``corpus`` / ``corpora`` (or a
+    mix manifest's sources), else a corpus name in the file path."""
     path = Path(file)
     found: list[str] = []
     resolved = path.parent / "resolved_config.yaml"
@@ -99,9 +102,9 @@ def _corpus_of_file(file: str) -> list[str]:
         try:
             from routers.config import load_yaml
 
-            corpus = (load_yaml(resolved) or {}).get("corpus")
-            if isinstance(corpus, str) and corpus in CORPORA:
-                found.append(corpus)
+            resolved_cfg = load_yaml(resolved) or {}
+            named = resolved_cfg.get("corpora") or [resolved_cfg.get("corpus")]  # retriever / sufficiency synthesis
+            found += [c for c in (named if isinstance(named, list) else [named]) if isinstance(c, str) and c in CORPORA]
         except Exception:  # noqa: BLE001 - a card never fails an export
             pass
     manifest = path.with_suffix(".manifest.json")
@@ -109,7 +112,7 @@ def _corpus_of_file(file: str) -> list[str]:
         for src in _json_or_none(manifest, {}).get("sources", []) or []:
             found += _corpus_of_file(str(src.get("path", src))) if isinstance(src, dict) else []
     if not found:
-        found = [c for c in CORPORA if c in path.as_posix().lower()]
+        found = [c for c in CORPORA if c != OWN_DATA and c in path.as_posix().lower()]
     return found
 
 
@@ -125,9 +128,10 @@ def training_corpora(router_type: str, training: dict | None = None) -> list[str
 
 
 def card_license(corpora: list[str], base_id: str | None) -> str:
-    """The most restrictive data licence: non-commercial data wins, then share-alike, else the base's licence."""
+    """The most restrictive data licence: non-commercial data wins, then share-alike, then data of unknown licence
+    (your own corpus: "other"), else the base's licence."""
     licenses = [CORPORA[c].license for c in corpora]
-    for lic in ("cc-by-nc-4.0", "cc-by-sa-4.0"):
+    for lic in ("cc-by-nc-4.0", "cc-by-sa-4.0", "other"):
         if lic in licenses:
             return lic
     return BASE_LICENSES.get(base_id or "", "other")
@@ -155,7 +159,10 @@ def eval_results(metrics: dict | None, model_name: str) -> list:
     if metrics.get("task") == "sufficiency_eval":
         trained = (metrics.get("models") or {}).get("trained") or {}
         values = {k: trained.get(k) for k in SUFFICIENCY_METRICS}
-        task, dataset = "text-classification", {"name": "LoCoMo sufficiency (held-out)", "type": "locomo"}
+        data = (metrics.get("config") or {}).get("data")
+        own = isinstance(data, str) and OWN_DATA in _corpus_of_file(data)
+        task, dataset = "text-classification", ({"name": "own data sufficiency (held-out)", "type": "custom"} if own
+                                                else {"name": "LoCoMo sufficiency (held-out)", "type": "locomo"})
     else:
         values = metrics.get("metrics") if isinstance(metrics.get("metrics"), dict) else {}
         task = str(metrics.get("task_type") or "text-classification")

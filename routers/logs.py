@@ -37,13 +37,29 @@ class _RankZeroFilter(logging.Filter):
         return process_rank() == 0 or record.levelno >= logging.WARNING
 
 
+class _StderrHandler(logging.StreamHandler):
+    """A stream handler that writes to ``sys.stderr`` as it is *now*, not as it was at setup: a later
+    ``contextlib.redirect_stderr`` (or a test's stderr capture) sees memroute's messages too."""
+
+    def __init__(self):
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):  # StreamHandler.__init__ / setStream assign it: always the current sys.stderr
+        pass
+
+
 def setup_cli_logging(level: int | str | None = None) -> logging.Logger:
     """Attach one stderr handler to the ``memroute`` logger (idempotent). ``MEMROUTE_LOG_LEVEL`` overrides."""
     logger = logging.getLogger(ROOT)
     level = level or os.environ.get("MEMROUTE_LOG_LEVEL") or logging.INFO
     logger.setLevel(level.upper() if isinstance(level, str) else level)
     if not any(getattr(h, "_memroute_cli", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
         handler.addFilter(_RankZeroFilter())
         handler._memroute_cli = True  # type: ignore[attr-defined]

@@ -60,3 +60,23 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def memroute_log(caplog):
+    """``caplog`` for memroute's loggers. A CLI entry point (``setup_cli_logging``) stops the ``memroute`` logger
+    propagating to the root logger caplog listens on, so caplog's handler is attached to ``memroute`` itself
+    (propagation off meanwhile: each record is captured once), at INFO."""
+    import logging
+
+    logger = logging.getLogger("memroute")
+    level, propagate = logger.level, logger.propagate
+    logger.addHandler(caplog.handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        yield caplog
+    finally:
+        logger.removeHandler(caplog.handler)
+        logger.setLevel(level)
+        logger.propagate = propagate

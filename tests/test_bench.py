@@ -129,7 +129,7 @@ def test_unknown_options_are_errors(tmp_path):
         main([str(recipe)])
 
 
-def test_registry_reports_missing_and_failing_benchmarks(tmp_path, monkeypatch, capsys):
+def test_registry_reports_missing_and_failing_benchmarks(tmp_path, monkeypatch, memroute_log):
     """An unavailable module or a raising benchmark is an error entry; the rest runs, the report is written."""
     from eval import bench
 
@@ -151,7 +151,7 @@ def test_registry_reports_missing_and_failing_benchmarks(tmp_path, monkeypatch, 
     md = (out / "report.md").read_text()
     assert "| ghost | error | unavailable: ModuleNotFoundError" in md and "| boom | error | error: ValueError: kaboom" in md
     assert "| index_latency | query_latency_p50 |" in md and "versions: python" in md
-    assert "failed or unavailable" in capsys.readouterr().err
+    assert "2 benchmark(s) failed or unavailable: ['boom', 'ghost']" in memroute_log.text
     with pytest.raises(RuntimeError, match="ghost"):
         main([*argv, "--strict", "true", "--which", "ghost"])
     assert json.loads((out / "report.json").read_text())["errors"].keys() == {"ghost"}

@@ -83,7 +83,7 @@ def test_eval_writes_calibration_into_the_router_only_when_asked(router, tmp_pat
     assert m["calibration_written_to_router"] is True and cal_of(router) == m["calibration"]
 
 
-def test_eval_refuses_a_one_class_calibration_and_says_so(router, tmp_path, capsys):
+def test_eval_refuses_a_one_class_calibration_and_says_so(router, tmp_path, capsys, memroute_log):
     data = write_jsonl(tmp_path / "single.jsonl", samples(24, 0))  # the probe's ev_single_class, larger
     out = tmp_path / "out"
     out.mkdir()
@@ -97,7 +97,8 @@ def test_eval_refuses_a_one_class_calibration_and_says_so(router, tmp_path, caps
     assert on_disk["calibration_skipped"] == m["calibration_skipped"]
     captured = capsys.readouterr()
     assert "calibration skipped: only one class" in captured.out
-    assert "NOTHING was written" in captured.err and str(router) in captured.err
+    warnings = [r.getMessage() for r in memroute_log.records if r.levelname == "WARNING"]
+    assert any("NOTHING was written" in m and str(router) in m for m in warnings), warnings
 
 
 def test_eval_refuses_calibration_from_too_few_samples(router, tmp_path):

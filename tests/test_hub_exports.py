@@ -79,6 +79,10 @@ def test_license_follows_the_training_data(tmp_path):
     assert card_license(["locomo", "hotpotqa"], None) == "cc-by-nc-4.0"
     assert card_license(["textworld"], "HuggingFaceTB/SmolLM2-135M-Instruct") == "apache-2.0"
     assert training_corpora("sufficiency", None) == ["locomo"]
+    (synth / "resolved_config.yaml").write_text("corpora: [episodes]\n")  # your own data (retriever synthesis)
+    assert training_corpora("retriever", {"train_file": str(synth / "train.jsonl")}) == ["episodes"]
+    assert card_license(["episodes"], "HuggingFaceTB/SmolLM2-135M-Instruct") == "other"
+    assert training_corpora("retriever", {"train_file": str(tmp_path / "textworld_episodes" / "t.jsonl")}) == ["textworld"]
 
 
 # -- sufficiency: training dtype, card, reload -------------------------------------------------------------------

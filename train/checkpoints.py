@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 from pathlib import Path
 
 from routers.config import check_resume_value
+from routers.logs import get_logger
+
+log = get_logger(__name__)
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 TRAINER_STATE = "trainer_state.json"
@@ -43,8 +45,8 @@ def last_complete_checkpoint(output_dir: str | os.PathLike, warn: bool = True) -
         if checkpoint_is_complete(path):
             return str(path)
         if warn:
-            print(f"[memroute] skipping incomplete checkpoint {path} (no valid {TRAINER_STATE}: "
-                  "the run was killed while saving it)", file=sys.stderr)
+            log.warning("skipping incomplete checkpoint %s (no valid %s: the run was killed while saving it)",
+                        path, TRAINER_STATE)
     return None
 
 
@@ -68,8 +70,8 @@ def time_budget_callback(minutes: float):
                 control.should_training_stop = True
                 control.should_save = True
                 self.stopped_at_step = state.global_step
-                print(f"[memroute] time budget of {minutes:g} min reached at step {state.global_step}/{state.max_steps}: "
-                      "saving and stopping", file=sys.stderr)
+                log.warning("time budget of %g min reached at step %d/%d: saving and stopping", minutes,
+                            state.global_step, state.max_steps)
             return control
 
     return TimeBudget()

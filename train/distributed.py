@@ -12,7 +12,10 @@ from __future__ import annotations
 import importlib.util
 import os
 
+from routers.logs import get_logger
 from routers.validation import int_option, number_option
+
+log = get_logger(__name__)
 
 
 def launched_world_size() -> int:
@@ -47,12 +50,10 @@ def check_world_size(args) -> None:
 
 def warn_if_fsdp_ignored(trainer) -> None:
     """An FSDP launch (configs/accelerate/fsdp.yaml) on CPU trains with plain DDP: say so instead of pretending."""
-    import sys
-
     if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true") and not getattr(trainer, "is_fsdp_enabled", False):
         if trainer.is_world_process_zero():
-            print(f"[memroute] FSDP was requested but is not active ({trainer.accelerator.distributed_type}): "
-                  "FSDP needs GPUs; on CPU the ranks train with DDP (full replicas).", file=sys.stderr)
+            log.warning("FSDP was requested but is not active (%s): FSDP needs GPUs; on CPU the ranks train with "
+                        "DDP (full replicas).", trainer.accelerator.distributed_type)
 
 
 def resolve_attn_implementation(requested: str | None) -> str | None:

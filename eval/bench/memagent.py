@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +36,9 @@ from routers.base import git_revision, library_versions
 from routers.memagent.protocol import MemoryItem
 from routers.memagent.providers import PROVIDER_NAMES, ProviderProbe, as_encoder, build_providers, probe_loop
 from routers.config import make_arg_parser, parse_config
+from routers.logs import get_logger, setup_cli_logging
+
+log = get_logger("eval.bench.memagent")  # the same name under python -m
 
 N_MEMORIES = 10_000
 DIM = 384
@@ -129,8 +131,7 @@ def _query_encoder(encoder: str | None, seed: int):
             enc.encode(["warm up"])
             load_s, enc_name = time.perf_counter() - t0, f"sentence-transformers ({encoder})"
         except Exception as err:  # noqa: BLE001 - the benchmark still runs, and says so
-            print(f"[bench] memagent_probe: encoder {encoder!r} unavailable ({err}); random query vectors",
-                  file=sys.stderr)
+            log.warning("memagent_probe: encoder %r unavailable (%s); random query vectors", encoder, err)
     return enc_name, enc, load_s
 
 
@@ -141,7 +142,7 @@ def _filled_providers(enc, n_memories: int, rng, dim: int) -> tuple[dict, float]
     for name in PROVIDER_NAMES:
         p = providers[name]
         p.bulk_load(synthetic_items(p, n_memories, rng), random_unit(rng, n_memories, dim) if p.uses_dense else None)
-        print(f"[bench] memagent_probe: filled {name} ({n_memories})", file=sys.stderr)
+        log.info("memagent_probe: filled %s (%d)", name, n_memories)
     return providers, time.perf_counter() - t0
 
 
@@ -258,6 +259,7 @@ class MemAgentBenchConfig:
 
 
 def main(argv=None) -> dict:
+    setup_cli_logging()  # python -m eval.bench.memagent
     parser = make_arg_parser([MemAgentBenchConfig], prog="python -m eval.bench.memagent",
                              description="Benchmark MemAgent's Begin probe (13 providers x 10k memories).")
     (cfg,) = parse_config(parser, [MemAgentBenchConfig], argv)

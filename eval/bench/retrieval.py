@@ -19,13 +19,15 @@ Figures use :func:`eval.bench.common.figure`, so the result has the same layout 
 from __future__ import annotations
 
 import operator
-import sys
 import time
 
 import numpy as np
 
 from eval.bench.common import figure, summarize, with_target
+from routers.logs import get_logger
 from routers.memory.index import VectorIndex
+
+log = get_logger(__name__)
 
 INDEX_STEPS = 10_000
 DIM = 384
@@ -94,7 +96,7 @@ def bench_index_latency(cfg=None, records=None, device: str = "cpu", n_steps: in
         py_ids, _ = python_brute_force(py_vectors, ids, ql)
         py_times.append(time.perf_counter() - t0)
         agree += list(map(str, index.search(q, TOP_K)[0])) == py_ids
-        print(f"[bench] index_latency python baseline {len(py_times)}/{n_base}", file=sys.stderr)
+        log.info("index_latency python baseline %d/%d", len(py_times), n_base)
     ix, py = summarize(idx_times), summarize(py_times)
     for s in (ix, py):
         s.pop("all_s")

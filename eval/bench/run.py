@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import time
-import traceback
 from pathlib import Path
 
 from routers.io import atomic_write_json, atomic_write_text
@@ -15,6 +13,9 @@ from eval.bench.common import (BENCHMARKS, NEEDS_SAMPLES, SCHEMA_VERSION, BenchC
 from routers.base import git_revision, library_versions
 from routers.models import default_device, resolve_causal_lm
 from routers.config import ConfigError, make_arg_parser, parse_config
+from routers.logs import get_logger, setup_cli_logging
+
+log = get_logger(__name__)
 
 
 def _fmt(x, unit: str = "") -> str:
@@ -77,14 +78,14 @@ def _samples(cfg: BenchConfig) -> tuple[list[dict], dict, BaseException | None]:
         records, data_info = load_samples(cfg, AutoTokenizer.from_pretrained(tok_source))
         return records, data_info, None
     except Exception as err:  # noqa: BLE001 - only the benchmarks that need samples fail
-        traceback.print_exc()
+        log.warning("no samples for the benchmarks that need them: %s: %s", type(err).__name__, err, exc_info=True)
         return [], {"source": None, "n_samples": 0, "error": f"{type(err).__name__}: {err}"}, err
 
 
 def _run_one(name: str, cfg: BenchConfig, records: list[dict], device: str, data_info: dict,
              samples_error: BaseException | None) -> dict:
     """One benchmark's result; an unavailable or failing benchmark is an error entry (the others still run)."""
-    print(f"[bench] {name} on {device}", file=sys.stderr)
+    log.info("%s on %s", name, device)
     t0 = time.perf_counter()
     try:
         if name in NEEDS_SAMPLES and samples_error is not None:
@@ -96,7 +97,7 @@ def _run_one(name: str, cfg: BenchConfig, records: list[dict], device: str, data
         try:
             res = fn(cfg, records, device)
         except Exception as err:  # noqa: BLE001 - recorded, the other benchmarks still run
-            traceback.print_exc()
+            log.warning("%s failed: %s: %s", name, type(err).__name__, err, exc_info=True)
             res = error_entry(name, err)
     res["wall_s"] = time.perf_counter() - t0
     return res
@@ -134,8 +135,7 @@ def run_benchmarks(cfg: BenchConfig) -> dict:
     atomic_write_json(out / "report.json", report)
     atomic_write_text(out / "report.md", _markdown_header(cfg, envelope, device) + markdown_report(results))
     if failed:
-        print(f"[bench] {len(failed)} benchmark(s) failed or unavailable: {sorted(failed)}; see {out}/<name>.json",
-              file=sys.stderr)
+        log.warning("%d benchmark(s) failed or unavailable: %s; see %s/<name>.json", len(failed), sorted(failed), out)
         if cfg.strict:
             raise RuntimeError(f"benchmark(s) failed: {sorted(failed)}; see {out}/<name>.json (report written)")
     return report
@@ -147,6 +147,7 @@ def make_parser():
 
 
 def main(argv=None) -> dict:
+    setup_cli_logging()  # a CLI entry point (memroute bench, python -m eval.bench)
     (cfg,) = parse_config(make_parser(), [BenchConfig], argv)
     report = run_benchmarks(cfg)
     print((Path(cfg.output_dir) / "report.md").read_text())

@@ -13,7 +13,6 @@ of ``memroute bench``'s default set.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from eval.bench.common import SCHEMA_VERSION, machine_info
 from routers.base import git_revision, library_versions
 from routers.config import make_arg_parser, parse_config
 from routers.io import atomic_write_json
+from routers.logs import setup_cli_logging
 from routers.models import DEFAULT_CAUSAL_LM
 
 # name -> trainer flags. frozen_prefix = the quickstart's path; lora_all_layers = the quickstart before it
@@ -106,6 +106,7 @@ def make_parser():
 def main(argv=None) -> dict:
     import torch
 
+    setup_cli_logging()  # python -m eval.bench.training_paths (the trainers log their progress)
     (cfg,) = parse_config(make_parser(), [TrainingPathsConfig], argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     results = {name: run_path(cfg, name, use_cpu=device == "cpu") for name in cfg.paths}
@@ -120,7 +121,7 @@ def main(argv=None) -> dict:
     out = Path(cfg.output_dir)
     atomic_write_json(out / "training_paths.json", report)
     plot(results, out / "training_paths.png")
-    print(json.dumps(results, indent=2), file=sys.stderr)
+    print(json.dumps(results, indent=2))  # the result the command was run for (also in training_paths.json)
     return report
 
 

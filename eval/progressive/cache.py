@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from pathlib import Path
 
 from eval.progressive.config import BASE, TRAINED, ProgressiveEvalConfig, is_none
 from routers.base import ROUTER_CONFIG, RouterConfigError, check_router_dir
 from routers.memory.retrieval import render_context
+from routers.logs import get_logger
 from routers.progressive import PROMPT_VERSION, route_score
+
+log = get_logger(__name__)
 
 RECORD_VERSION = 2  # 2: router scores carry router_id; routers are not in the path hash
 HASHED = ("corpus", "corpus_path", "answer_model", "tokenizer", "encoder", "rag_encoder",
@@ -113,7 +115,7 @@ def score_new_routers(selection, cache: dict, writer, models, rids: dict, h: str
     if not todo:
         return 0
     routers = models.load_routers()
-    print(f"[eval progressive] scoring {len(todo)} cached question(s) with new router(s); paths reused", file=sys.stderr)
+    log.info("scoring %d cached question(s) with new router(s); paths reused", len(todo))
     steps = {}  # episode id -> {step id: step}, built once per episode
     for ep, rec, name, rid in todo:
         by_id = steps.setdefault(ep.episode_id, {st.step_id: st for st in ep.steps})

@@ -6,7 +6,6 @@ Nothing here derives a row or writes an output but the cache records (:func:`run
 
 from __future__ import annotations
 
-import sys
 import time
 
 from tqdm.auto import tqdm
@@ -18,10 +17,13 @@ from eval.progressive.config import BASE, PATHS, TRAINED, ProgressiveEvalConfig,
 from routers.text import token_f1
 from routers.memory.retrieval import HybridRetriever, render_context
 from routers.backends import TransformersBackend, make_backend
+from routers.logs import get_logger
 from routers.models import resolve_causal_lm
 from routers.progressive import (ProgressiveConfig, ProgressiveExecutor, answer_messages, counter_for,
                                  generate_with_retries)
 from routers.sufficiency import SufficiencyRouter
+
+log = get_logger(__name__)
 
 
 def select_questions(cfg: ProgressiveEvalConfig, episodes) -> dict[str, list[tuple]]:
@@ -223,8 +225,7 @@ def run_missing(cfg: ProgressiveEvalConfig, selection, h: str, rids: dict, model
             if question_key(split, qa.qa_id, h) not in writer]
     if todo:
         models.load()
-        print(f"[eval progressive] {len(todo)} question(s) to run, "
-              f"{sum(len(p) for p in selection.values()) - len(todo)} cached", file=sys.stderr)
+        log.info("%d question(s) to run, %d cached", len(todo), sum(len(p) for p in selection.values()) - len(todo))
     for split, ep, qa in tqdm(todo, desc="progressive eval", unit="q", disable=not todo):
         ex = models.executor
         _write_build(writer, cache, models, split, ep, h)
@@ -236,7 +237,7 @@ def run_missing(cfg: ProgressiveEvalConfig, selection, h: str, rids: dict, model
         except Exception as err:  # noqa: BLE001 - a failed question is counted and the run goes on
             failures[split].append({"split": split, "qa_id": qa.qa_id, "episode_id": ep.episode_id,
                                     "error": f"{type(err).__name__}: {err}"})
-            print(f"[eval progressive] {qa.qa_id} failed: {type(err).__name__}: {err}", file=sys.stderr)
+            log.warning("%s failed: %s: %s", qa.qa_id, type(err).__name__, err)
             continue
         for name, entry in body["routers"].items():
             entry["router_id"] = rids.get(name)

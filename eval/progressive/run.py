@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 from data_synthesis.corpora import load_corpus
@@ -15,6 +14,9 @@ from eval.progressive.config import ProgressiveEvalConfig
 from eval.progressive.execute import LazyModels, run_missing, select_questions
 from eval.progressive.report import build_metrics, format_table, pareto_plot, rows_csv, split_rows
 from routers.config import make_arg_parser, parse_config, save_resolved_config
+from routers.logs import get_logger, setup_cli_logging
+
+log = get_logger(__name__)
 
 
 def run(cfg: ProgressiveEvalConfig, backend=None, routers=None, retriever=None, rag_retriever=None, judge=None,
@@ -65,6 +67,7 @@ def make_parser():
 
 
 def main(argv=None) -> dict:
+    setup_cli_logging()  # a CLI entry point (memroute eval progressive, python -m eval.progressive)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     (cfg,) = parse_config(make_parser(), [ProgressiveEvalConfig], argv)
     metrics = run(cfg)  # writes resolved_config.yaml once it holds the output lock
@@ -73,6 +76,6 @@ def main(argv=None) -> dict:
         print({"tau_choice_dev": metrics["tau_choice_dev"], "test_at_dev_tau": metrics["test_at_dev_tau"]})
     n_failed = len(metrics["failures"])
     if n_failed:
-        print(f"[eval progressive] {n_failed} question(s) failed; rerun to retry them (see failures.jsonl)",
-              file=sys.stderr)
+        log.warning("%d question(s) failed; rerun to retry them (see %s)", n_failed,
+                    Path(cfg.output_dir) / "failures.jsonl")
     return metrics

@@ -33,6 +33,7 @@ SCHEMA_VERSION = 1
 EXPLORATION_FIELDS = ("id", "task_id", "begin_provider", "in_policy", "success", "steps", "trajectory")
 # what a (task, option, policy) outcome needs: evaluation reads records without id / trajectory too
 OUTCOME_FIELDS = tuple(f for f in EXPLORATION_FIELDS if f not in ("id", "trajectory"))
+ENVS = ("textworld", "textworld_worlds")
 
 
 @dataclass
@@ -40,6 +41,9 @@ class RolloutConfig:
     """Environment, task agent and provider runtime options (``ForcedExplorationConfig`` adds the rest)."""
 
     # environment
+    env: str = field(default="textworld", metadata={
+        "help": "textworld (seeded cooking games) | textworld_worlds (task families over persistent worlds: "
+                "the worlds_* / world_* / budget_* options; n_train, n_heldout, game_presets, goal_style unused)"})
     games_dir: str = "outputs/textworld_games"
     n_train: int = 16
     n_heldout: int = 8
@@ -51,6 +55,21 @@ class RolloutConfig:
         metadata={"help": "tw-cooking settings, assigned to seeds round-robin"})
     goal_style: str = "recipe"
     prune_commands: bool = True
+    # env textworld_worlds (routers.memagent.worlds.WorldConfig; world seeds start at env_seed)
+    worlds_seen: int = field(default=6, metadata={"help": "worlds with training tasks"})
+    worlds_unseen: int = field(default=2, metadata={"help": "worlds with held-out tasks only"})
+    world_rooms: int = 8
+    world_sites: int = field(default=3, metadata={"help": "containers holding task objects, one room each"})
+    world_site_objects: int = field(default=3, metadata={"help": "objects per site: 1 training + the rest held out"})
+    world_moved: int = field(default=1, metadata={"help": "changed-world (moved object) tasks per seen world"})
+    world_min_site_depth: int = 2
+    budget_factor: float = field(default=1.0, metadata={"help": "step budget = ceil(factor * optimal) + slack"})
+    budget_slack: int = 2
+    train_budget_factor: float = field(default=3.0, metadata={"help": "training tasks' budget factor (first visits)"})
+    world_actions: str = field(default="goal", metadata={
+        "help": "goal (moves + take/put the goal's object) | verbs (every go/take/put) | all (no pruning)"})
+    worlds_manifest: str | None = field(default=None, metadata={
+        "help": "load the worlds and tasks from this manifest.json instead of generating them"})
     # providers
     providers: list[str] | None = field(default=None, metadata={"help": "Begin providers; None = all 13"})
     # task agent
@@ -74,6 +93,12 @@ class RolloutConfig:
     def __post_init__(self):
         from routers.validation import check_non_negative, check_positive
 
+        if self.env not in ENVS:
+            raise ValueError(f"env must be one of {ENVS}, got {self.env!r}")
+        if self.env == "textworld_worlds" and self.worlds_manifest is None:
+            world_config(self)  # raises ValueError naming the bad option
+        if self.world_actions not in ("goal", "verbs", "all"):
+            raise ValueError(f"world_actions must be goal, verbs or all, got {self.world_actions!r}")
         if self.agent not in ("lm", "walkthrough", "random"):
             raise ValueError(f"agent must be lm, walkthrough or random, got {self.agent!r}")
         check_non_negative(self, "n_train", "n_heldout", "history_steps", "repeat_penalty")
@@ -91,8 +116,30 @@ class RolloutConfig:
 
 
 # -- building the runtime from the config ----------------------------------------------------------------
+def world_config(cfg: RolloutConfig):
+    """The ``WorldConfig`` of ``env: textworld_worlds`` (world seeds start at ``env_seed``)."""
+    import re
+
+    from routers.memagent.worlds import WorldConfig
+
+    names = {"seed": "env_seed", "n_seen": "worlds_seen", "n_unseen": "worlds_unseen", "n_rooms": "world_rooms",
+             "n_sites": "world_sites", "site_objects": "world_site_objects", "n_moved": "world_moved",
+             "min_site_depth": "world_min_site_depth", "budget_factor": "budget_factor", "budget_slack": "budget_slack",
+             "train_budget_factor": "train_budget_factor"}
+    try:
+        return WorldConfig(**{k: getattr(cfg, v) for k, v in names.items()})
+    except ValueError as err:  # name this config's options, not WorldConfig's
+        raise ValueError(re.sub(r"\b(" + "|".join(names) + r")\b", lambda m: names[m.group(1)], str(err))) from None
+
+
 def build_env(cfg: RolloutConfig):
     from routers.memagent.textworld_env import TextWorldSuite
+
+    if cfg.env == "textworld_worlds":
+        from routers.memagent.worlds_env import WorldSuite
+
+        return WorldSuite(cache_dir=cfg.games_dir, config=None if cfg.worlds_manifest else world_config(cfg),
+                          manifest=cfg.worlds_manifest, prune_commands=cfg.prune_commands, actions=cfg.world_actions)
 
     return TextWorldSuite(cache_dir=cfg.games_dir, n_train=cfg.n_train, n_heldout=cfg.n_heldout, seed=cfg.env_seed,
                           max_steps=cfg.max_steps, presets=cfg.game_presets, goal_style=cfg.goal_style,

@@ -27,8 +27,6 @@ probe rebuilds (only the changed providers' blocks are re-quantized).
 
 from __future__ import annotations
 
-import sys
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -40,7 +38,9 @@ from routers.memagent.protocol import MemoryItem, Preview, Trajectory
 from routers.memagent.providers.base import BaseProvider
 from routers.memagent.providers.state import ProviderState
 from routers.memagent.providers.keyword import sparse_scores, term_counts
+from routers.logs import get_logger
 
+log = get_logger(__name__)
 _SLACK = 1e-4  # >> float32 rounding of a 384-term dot product of unit vectors
 
 
@@ -345,7 +345,7 @@ def store_all(providers: Mapping[str, BaseProvider], trajectory: Trajectory, dec
         except Exception as err:  # noqa: BLE001 - isolated per provider, reported
             report.errors[name] = f"{type(err).__name__}: {err}"
             if verbose:
-                traceback.print_exc(file=sys.stderr)
+                log.warning("provider %s: store failed", name, exc_info=True)
     return report
 
 
