@@ -24,7 +24,8 @@ log = get_logger("eval.quickstart")  # the same name under python -m
 
 @dataclass
 class QuickstartConfig:
-    """The embedded defaults: sized for 2 CPU cores in about 20 minutes (see configs/sufficiency/README.md)."""
+    """The embedded defaults: the cheapest setting measured to beat the base clearly (held-out AUROC ~0.78 vs 0.63),
+    about half an hour on 2 CPU cores (the sweep behind the choice: configs/sufficiency/README.md)."""
 
     output_dir: str = "outputs/quickstart"
     model_name_or_path: str = DEFAULT_CAUSAL_LM
@@ -39,8 +40,9 @@ class QuickstartConfig:
                 "discarded ~1 % of negatives and cost most of the synthesis time"})
     distractors_min: int = 2
     distractors_max: int = 4
-    train_top_layers: int | None = field(default=4, metadata={
-        "help": "the frozen-prefix path (train only the top K layers on cached states); null = LoRA on every layer"})
+    train_top_layers: int | None = field(default=24, metadata={
+        "help": "the frozen-prefix path (train only the top K layers on cached states); null = LoRA on every layer. "
+                "24 of SmolLM2's 30: K <= 12 barely moved held-out AUROC in the sweep, K >= 20 matched every layer"})
     use_lora: bool = field(default=True, metadata={"help": "LoRA on the trained layers; false = full fine-tuning of them"})
     lora_r: int = 16
     lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])

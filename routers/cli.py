@@ -16,13 +16,14 @@ JOBS = {
               "forced-exploration": "data_synthesis.memagent:main", "mix": "data_synthesis.mix:main",
               "mesa": "data_synthesis.mesa:main"},
     "train": {"sufficiency": "train.sufficiency:main", "retriever": "train.retriever:main",
-              "memagent": "train.memagent:main", "mesa": "train.mesa:main"},
+              "memagent": "train.memagent:main", "mesa": "train.mesa:main",
+              "automem": "train.automem:main"},
     # every export target runs train.export.export(<router>, argv); the retriever / memagent names are its aliases
     "export": {"sufficiency": "train.export:main", "retriever": "train.export:retriever_main",
                "memagent": "train.export:memagent_main"},
     "eval": {"sufficiency": "eval.sufficiency:main", "retrieval": "eval.retrieval:main",
              "progressive": "eval.progressive:main", "memagent": "eval.memagent:main",
-             "mesa": "eval.mesa:main"},
+             "mesa": "eval.mesa:main", "automem": "eval.automem:main"},
 }
 SINGLE = {
     "calibrate": "eval.sufficiency:calibrate_main",
@@ -47,11 +48,13 @@ commands:
   train retriever        multi-positive InfoNCE on MiniLM (or: accelerate launch -m train.retriever)
   train memagent         SFT of the MemAgent Begin/In/End router (or: accelerate launch -m train.memagent)
   train mesa             MESA selector: UCB-guided policy search over 20 prior directions on a structure sweep
+  train automem          AutoMem: Encode/Store/Retrieve/Manage architecture search (+ random search, same budget)
   export sufficiency     merge a training checkpoint into a router directory
   export retriever       a retriever checkpoint as a RetrieverRouter directory
   export memagent        merge a MemAgent SFT checkpoint into a router directory
   eval memagent          routed agent vs no memory / single providers / random / oracle on held-out tasks
   eval mesa              MESA selector vs single structures / all five / random / route-to-one / best fixed
+  eval automem           AutoMem best architecture vs no memory vs random-search best on held-out tasks
   eval sufficiency       AUROC/AP/ECE/Brier + tau sweep, base vs trained, calibration, plots
   eval retrieval         Recall@k/MRR/nDCG of evidence: BM25, base vs trained encoder, hybrid prefix
   eval progressive       Router-Mem fast/slow execution: tau sweep, endpoints, RAG, long context, T_mem/T_e2e

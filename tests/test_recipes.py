@@ -36,6 +36,8 @@ JOBS = {
     "mesa/synth": "data_synthesis.mesa",
     "mesa/train": "train.mesa",
     "mesa/eval": "eval.mesa",
+    "automem/train": "train.automem",
+    "automem/eval": "eval.automem",
     ".": "eval.quickstart",  # configs/quickstart.yaml: the quickstart's embedded defaults, written out
 }
 
@@ -60,8 +62,12 @@ def _job(recipe: str) -> str:
     return str(Path(recipe).parent.as_posix())
 
 
+# a recipe whose job differs from its folder's: `synth mix` recipes live beside the synthesis they mix
+BY_FILE = {"sufficiency/synth/mix_all.yaml": "data_synthesis.mix"}
+
+
 def _parser(recipe: str):
-    return importlib.import_module(JOBS[_job(recipe)]).make_parser()
+    return importlib.import_module(BY_FILE.get(recipe) or JOBS[_job(recipe)]).make_parser()
 
 
 def test_every_recipe_is_mapped():

@@ -1,0 +1,177 @@
+"""Held-out evaluation of an AutoMem search: the validated best architecture vs no memory vs the random-search
+best, per seed, on the test split; the search traces; the best-so-far plot; the exported memory system.
+
+    memroute eval automem configs/automem/eval/default.yaml [--search_dir outputs/automem/search]
+    python -m eval.automem configs/automem/eval/default.yaml
+
+Reads ``search_dir`` (``memroute train automem``'s output: ``summary.json``, ``seed<S>/*_trace.json``), plays
+the first ``n_test`` tasks of ``test_split`` (memory accumulates in task order, from empty) with each system
+and writes into ``output_dir``: ``results.json`` (per seed: accuracy, gain over no memory, tokens, wall time,
+evaluations used, and the mean / std over seeds), ``search_trace.json`` (per seed and method: every evaluated
+architecture, the ledger, the observation graph, gradients, validations), ``best_so_far.png`` (best search
+accuracy vs evaluations, AutoMem and random search, every seed) and ``memory_system.json`` (the best AutoMem
+architecture over seeds by validation accuracy, with its held-out metrics; ``routers.automem.load_system``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from routers.config import make_arg_parser, parse_config, save_resolved_config
+from routers.io import OutputLock, atomic_write_json
+from routers.logs import get_logger, setup_cli_logging
+from routers.memagent.rollout import RolloutConfig
+
+log = get_logger(__name__)
+
+
+@dataclass
+class AutomemEvalConfig(RolloutConfig):
+    search_dir: str = "outputs/automem/search"
+    output_dir: str = "outputs/automem/eval"
+    test_split: str = field(default="heldout", metadata={"help": "split of the held-out tasks"})
+    n_test: int | None = field(default=None, metadata={"help": "first n tasks of test_split (None: all)"})
+    memory_llm: str | None = None
+    retriever: str | None = None
+    memory_k: int = 3
+    memory_words: int = 120
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.n_test is not None and self.n_test < 1:
+            raise ValueError(f"n_test must be >= 1 or None, got {self.n_test}")
+
+
+def read_search(search_dir) -> tuple[dict, dict]:
+    d = Path(search_dir)
+    try:
+        summary = json.loads((d / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{d}: no readable summary.json (run memroute train automem first): {err}") from None
+    traces = {}
+    for seed in summary.get("seeds", {}):
+        traces[seed] = {}
+        for method in ("automem", "random"):
+            p = d / f"seed{seed}" / f"{method}_trace.json"
+            if p.exists():
+                traces[seed][method] = json.loads(p.read_text(encoding="utf-8"))
+    return summary, traces
+
+
+def plot_best_so_far(traces: dict, path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from eval.plots import save_figure
+
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.subplots()
+    colors = {"automem": "tab:blue", "random": "tab:orange"}
+    for seed, by_method in traces.items():
+        for method, tr in by_method.items():
+            ys = [y if y is not None else float("nan") for y in tr["best_so_far"]]
+            ax.plot(range(1, len(ys) + 1), ys, marker=".", color=colors[method], alpha=0.8,
+                    label=f"{method} seed {seed}", linestyle="-" if method == "automem" else "--")
+        base = next(iter(by_method.values()))["baseline"]["search_accuracy"]
+        if base is not None:
+            ax.axhline(base, color="gray", linewidth=0.8, linestyle=":")
+    ax.set_xlabel("candidate evaluations")
+    ax.set_ylabel("best search-batch accuracy so far")
+    ax.set_title("AutoMem vs random search (dotted: no memory)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="x-small")
+    FigureCanvasAgg(fig)
+    save_figure(fig, path)
+
+
+def _held_out(evaluator, arch_key, tasks) -> dict:
+    from routers.automem.evaluate import run_evaluation
+    from routers.automem.space import Arch
+
+    t = time.perf_counter()
+    ev = run_evaluation(evaluator, Arch.parse(arch_key) if arch_key else None, tasks, "test")
+    return {"arch": arch_key, "accuracy": ev.accuracy, "tokens": ev.tokens, "failed": ev.failed, "error": ev.error,
+            "wall_s": round(time.perf_counter() - t, 3), "n": len(ev.results)}
+
+
+def _mean_std(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None
+    return {"mean": statistics.fmean(xs), "std": statistics.pstdev(xs) if len(xs) > 1 else 0.0, "n": len(xs)}
+
+
+def run(cfg: AutomemEvalConfig, evaluator=None, env=None) -> dict:
+    from routers.automem.system import save_system_config
+    from routers.memagent.rollout import env_tasks
+    from train.automem import build_evaluator
+
+    summary, traces = read_search(cfg.search_dir)
+    if evaluator is None:
+        env, evaluator = build_evaluator(cfg, env)
+    tasks = env_tasks(env, cfg.test_split)
+    tasks = tasks[: cfg.n_test] if cfg.n_test else tasks
+    if not tasks:
+        raise ValueError(f"split {cfg.test_split!r} has no tasks")
+    out = Path(cfg.output_dir)
+    results: dict = {"schema_version": 1, "search_dir": cfg.search_dir, "test_split": cfg.test_split,
+                     "n_test": len(tasks), "seeds": {}}
+    with OutputLock(out):
+        save_resolved_config(out, cfg)
+        none = _held_out(evaluator, None, tasks)
+        for seed, by_method in traces.items():
+            row = {"no_memory": none}
+            for method, tr in by_method.items():
+                best = tr.get("best")
+                if not best:
+                    row[method] = None
+                    continue
+                r = _held_out(evaluator, best["arch"], tasks)
+                r.update(gain=None if r["accuracy"] is None else r["accuracy"] - none["accuracy"],
+                         validation_accuracy=best["validation_accuracy"], search_accuracy=best["search_accuracy"],
+                         found_at=best["found_at"], evaluations=len(tr["evaluations"]),
+                         search_tokens=tr["candidate_tokens"], search_wall_s=tr["wall_s"],
+                         rejected_invalid=tr.get("rejected_invalid", 0))
+                row[method] = r
+            results["seeds"][seed] = row
+            log.info("seed %s: no memory %.3f | automem %s | random %s", seed, none["accuracy"] or 0.0,
+                     (row.get("automem") or {}).get("accuracy"), (row.get("random") or {}).get("accuracy"))
+        rows = list(results["seeds"].values())
+        results["aggregate"] = {m: _mean_std([(r.get(m) or {}).get("accuracy") for r in rows])
+                                for m in ("no_memory", "automem", "random")}
+        results["aggregate"]["automem_gain"] = _mean_std([(r.get("automem") or {}).get("gain") for r in rows])
+        atomic_write_json(out / "results.json", results)
+        atomic_write_json(out / "search_trace.json", {
+            seed: {m: {k: tr.get(k) for k in ("evaluations", "best_so_far", "ledger", "graph", "gradients",
+                                                "validations", "rejected", "rejected_invalid", "baseline", "best")}
+                   for m, tr in by_method.items()} for seed, by_method in traces.items()})
+        plot_best_so_far(traces, out / "best_so_far.png")
+        cands = [(s, r["automem"]) for s, r in results["seeds"].items() if r.get("automem")]
+        if cands:
+            seed, best = max(cands, key=lambda sr: (sr[1]["validation_accuracy"] or 0.0, -int(sr[0])))
+            save_system_config(out / "memory_system.json", best["arch"], encoder=cfg.encoder, llm=cfg.memory_llm,
+                               retriever=cfg.retriever, k=cfg.memory_k, max_words=cfg.memory_words,
+                               metrics={"seed": seed, "test_accuracy": best["accuracy"], "test_gain": best["gain"],
+                                        "validation_accuracy": best["validation_accuracy"]})
+    return results
+
+
+def make_parser():
+    return make_arg_parser([AutomemEvalConfig], prog="memroute eval automem",
+                           description="AutoMem: held-out best architecture vs no memory vs random-search best.")
+
+
+def main(argv=None) -> dict:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    setup_cli_logging()
+    (cfg,) = parse_config(make_parser(), [AutomemEvalConfig], argv)
+    return run(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,312 @@
+"""Leave-one-corpus-out evaluation: does a router trained without a corpus work on it?
+
+``memroute eval sufficiency --leave_out CORPUS [CORPUS ...|all]`` (and ``memroute eval retrieval --leave_out ...``)
+dispatch here. The per-corpus files come from a mix manifest (``--manifest``, written by ``memroute synth mix``:
+each source's corpus is read from the ``manifest.json`` of the synthesis run beside it, else its folder name) or
+are named (``--corpus_files NAME=TRAIN[,HELDOUT] ...``; ``TRAIN`` may carry ``:n=N`` / ``:per_label=M`` as in
+``synth mix``; ``HELDOUT`` defaults to ``eval.jsonl`` beside ``TRAIN``). For every left-out corpus C:
+
+1. the training file without C (``OUT/C/train_without.jsonl``, drawn by ``synth mix`` from every other
+   source; it is checked to hold no record of C's files);
+2. the router without C: taken (``--router_without [C=]DIR``), reused (``OUT/C/router`` already exported), or
+   trained with the trainer's own ``main`` (``--train_recipe``, ``--train_top_layers``, ``--train_args "..."``);
+3. on C's held-out file: the base, the router without C, and the in-corpus router (``--router_in_corpus [C=]DIR``,
+   optional), each scored by the ordinary evaluator into ``OUT/C/<model>/`` (its score cache makes a rerun
+   score nothing twice).
+
+Results: ``OUT/leave_out.json`` (per corpus, per model: AUROC / AP for the sufficiency router, Recall@5 / MRR@10
+for the retriever), ``OUT/leave_out.md`` (one row per corpus) and ``OUT/leave_out.png`` (grouped bars).
+Retrieval: ``--corpus_files NAME=TRAIN[,HELDOUT]`` are ``synth retriever`` record files; the held-out questions
+are C's episodes named in ``HELDOUT`` and are ranked over ``--corpus_paths NAME=PATH`` (``load_corpus``).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from routers.io import OutputLock, atomic_write_json, atomic_write_text, read_jsonl
+from routers.logs import get_logger
+
+log = get_logger(__name__)
+
+KINDS = ("sufficiency", "retrieval")
+MODELS = ("base", "without", "in_corpus")
+METRICS = {"sufficiency": ("auroc", "ap"), "retrieval": ("recall@5", "mrr@10")}
+DEFAULT_BASE = {"sufficiency": "HuggingFaceTB/SmolLM2-135M-Instruct",
+                "retrieval": "sentence-transformers/all-MiniLM-L6-v2"}
+
+
+@dataclass
+class LeaveOutConfig:
+    """Options of ``memroute eval sufficiency|retrieval --leave_out``."""
+
+    leave_out: list[str] = field(default_factory=list, metadata={"help": "corpora to leave out, or 'all'"})
+    manifest: str | None = field(default=None, metadata={"help": "a `memroute synth mix` manifest (.manifest.json)"})
+    corpus_files: list[str] = field(default_factory=list, metadata={"help": "NAME=TRAIN[,HELDOUT] ... (instead of --manifest)"})
+    corpus_paths: list[str] = field(default_factory=list, metadata={
+        "help": "retrieval: NAME=PATH of each corpus's episodes (load_corpus); default the loader's own"})
+    train_recipe: str | None = field(default=None, metadata={"help": "trainer recipe (YAML) for the routers without C"})
+    train_top_layers: int | None = field(default=None, metadata={"help": "sufficiency: the frozen-prefix path"})
+    train_args: str = field(default="", metadata={"help": "more trainer flags, one string (e.g. \"--max_steps 50\")"})
+    router_without: list[str] = field(default_factory=list, metadata={"help": "[NAME=]DIR: take, do not train"})
+    router_in_corpus: list[str] = field(default_factory=list, metadata={"help": "[NAME=]DIR: the in-corpus router"})
+    base_model: str | None = field(default=None, metadata={"help": "base model / encoder (default: SmolLM2 / MiniLM)"})
+    eval_recipe: str | None = field(default=None, metadata={"help": "recipe of the per-model evaluator"})
+    eval_args: str = field(default="", metadata={"help": "more evaluator flags, one string"})
+    output_dir: str = "results/leave_out"
+    seed: int = 0
+
+
+# -- inputs ---------------------------------------------------------------------------------------------------
+def _by_name(values: list[str], what: str) -> dict[str, str]:
+    """``[NAME=]VALUE`` items -> {NAME: VALUE}; a bare VALUE is stored under ``"*"`` (every corpus)."""
+    out = {}
+    for v in values:
+        name, sep, value = v.partition("=")
+        name, value = (name, value) if sep and "/" not in name else ("*", v)
+        if not value or name in out:
+            raise ValueError(f"{what}: bad or repeated item {v!r}")
+        out[name] = value
+    return out
+
+
+def _corpus_of(train_path: Path) -> str:
+    for manifest in (train_path.parent / "manifest.json",):
+        if manifest.exists():
+            cfg = json.loads(manifest.read_text()).get("config", {})
+            if isinstance(cfg.get("corpus"), str):
+                return cfg["corpus"]
+    return train_path.parent.name
+
+
+def corpus_sources(cfg: LeaveOutConfig) -> dict[str, list[tuple[str, Path]]]:
+    """{corpus: [(mix source spec, held-out file)]} from ``--corpus_files`` or the mix ``--manifest``."""
+    from data_synthesis.mix import parse_source
+
+    if bool(cfg.manifest) == bool(cfg.corpus_files):
+        raise ValueError("give --manifest (a synth mix manifest) or --corpus_files NAME=TRAIN[,HELDOUT], one of them")
+    items = []
+    if cfg.manifest:
+        manifest = json.loads(Path(cfg.manifest).read_text())
+        for spec in manifest.get("config", {}).get("sources", []):
+            path = Path(parse_source(spec)[0])
+            items.append((_corpus_of(path), spec, path.parent / "eval.jsonl"))
+    for item in cfg.corpus_files:
+        name, sep, rest = item.partition("=")
+        if not sep or not name or not rest:
+            raise ValueError(f"--corpus_files: expected NAME=TRAIN[,HELDOUT], got {item!r}")
+        spec, _, held = rest.partition(",")
+        items.append((name, spec, Path(held) if held else Path(parse_source(spec)[0]).parent / "eval.jsonl"))
+    out: dict[str, list[tuple[str, Path]]] = {}
+    for name, spec, held in items:
+        if not Path(parse_source(spec)[0]).exists():
+            raise FileNotFoundError(f"{name}: training file {parse_source(spec)[0]} does not exist")
+        out.setdefault(name, []).append((spec, held))
+    if len(out) < 2:
+        raise ValueError(f"leave-one-corpus-out needs at least two corpora, got {sorted(out)}")
+    return out
+
+
+def _held_out(sources: list[tuple[str, Path]], name: str) -> Path:
+    held = sorted({h for _, h in sources})
+    if len(held) != 1 or not held[0].exists():
+        raise FileNotFoundError(f"{name}: one held-out file expected, got {[str(h) for h in held]} "
+                                "(give NAME=TRAIN,HELDOUT)")
+    return held[0]
+
+
+# -- the training file without C ------------------------------------------------------------------------------
+def write_train_without(kind: str, sources: dict, left: str, path: Path, seed: int) -> dict:
+    """The training file of every corpus but ``left``; raises if any record of ``left``'s files got in."""
+    from data_synthesis.mix import parse_source
+
+    specs = [s for name, srcs in sources.items() if name != left for s, _ in srcs]
+    if kind == "sufficiency":
+        from data_synthesis.mix import MixConfig, mix
+
+        info = mix(MixConfig(output=str(path), sources=specs, seed=seed), lock=False)
+        key = "id"
+    else:  # retriever records: concatenated, keeping only records of the other corpora
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rows = [r for s in specs for r in read_jsonl(parse_source(s)[0]) if r.get("source", "") != left]
+        atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        info, key = {"samples": len(rows)}, "id"
+    written = {r[key] for r in read_jsonl(path)}
+    left_ids = {r[key] for s, h in sources[left] for p in (parse_source(s)[0], h) for r in read_jsonl(p)}
+    leaked = written & left_ids
+    if leaked:
+        raise RuntimeError(f"{path}: {len(leaked)} record(s) of the left-out corpus {left} (e.g. {sorted(leaked)[:3]})")
+    return info
+
+
+# -- training and scoring -------------------------------------------------------------------------------------
+def _trainer(kind: str) -> Callable:
+    if kind == "sufficiency":
+        from train.sufficiency import main
+    else:
+        from train.retriever import main
+    return main
+
+
+def _evaluator(kind: str) -> Callable:
+    """The ordinary evaluator's main (by name: eval.sufficiency / eval.retrieval dispatch here, no import cycle)."""
+    import importlib
+
+    return importlib.import_module(f"eval.{kind}").main
+
+
+def train_without(kind: str, cfg: LeaveOutConfig, train_file: Path, root: Path, trainer: Callable | None) -> Path:
+    export = root / "router"
+    if (export / "router_config.json").exists() or (export / "modules.json").exists():
+        log.info("%s: reusing the router trained without this corpus", export)
+        return export
+    if not cfg.train_recipe:
+        raise ValueError("no router without this corpus: give --train_recipe (to train one) or --router_without DIR")
+    argv = [cfg.train_recipe, "--train_file", str(train_file), "--output_dir", str(root / "train"),
+            "--export_dir", str(export)]
+    if cfg.train_top_layers and kind == "sufficiency":
+        argv += ["--train_top_layers", str(cfg.train_top_layers)]
+    argv += shlex.split(cfg.train_args)
+    log.info("training without %s: %s", root.name, " ".join(argv))
+    (trainer or _trainer(kind))(argv)
+    return export
+
+
+def score_sufficiency(cfg: LeaveOutConfig, held: Path, models: dict[str, str | None], root: Path) -> dict:
+    """{model: {auroc, ap, n}} on ``held``; the base is scored once (in the ``without`` run)."""
+    eval_main = _evaluator("sufficiency")
+    out = {}
+    base = models["base"]
+    for name in ("without", "in_corpus"):
+        if not models.get(name):
+            continue
+        argv = ([cfg.eval_recipe] if cfg.eval_recipe else []) + [
+            "--data", str(held), "--router", str(models[name]), "--output_dir", str(root / name),
+            "--base_model", base if name == "without" else "none"] + shlex.split(cfg.eval_args)
+        metrics = eval_main(argv)
+        for model, m in metrics["models"].items():
+            key = "base" if model == "base" else name
+            out[key] = {"auroc": m.get("auroc"), "ap": m.get("ap"), "n": metrics["n_samples"],
+                        "from_cache": m.get("timing", {}).get("from_cache")}
+    return out
+
+
+def score_retrieval(cfg: LeaveOutConfig, corpus: str, held: Path, models: dict[str, str | None], root: Path) -> dict:
+    eval_main = _evaluator("retrieval")
+    episodes = sorted({r["episode_id"] for r in read_jsonl(held) if r.get("source", corpus) == corpus})
+    paths = _by_name(cfg.corpus_paths, "--corpus_paths")
+    out = {}
+    for name in ("without", "in_corpus"):
+        if not models.get(name):
+            continue
+        systems = ["bm25", "base", "trained"] if name == "without" else ["trained"]
+        argv = ([cfg.eval_recipe] if cfg.eval_recipe else []) + [
+            "--corpus", corpus, "--eval_episodes", *episodes, "--trained_encoder", str(models[name]),
+            "--base_encoder", models["base"], "--systems", *systems, "--output_dir", str(root / name)]
+        if corpus in paths:
+            argv += ["--corpus_path", paths[corpus]]
+        result = eval_main(argv + shlex.split(cfg.eval_args))
+        for system, m in result["systems"].items():
+            key = {"trained": name}.get(system, system)
+            out[key] = {"recall@5": m.get("recall@5"), "mrr@10": m.get("mrr@10"), "n": m.get("n_queries")}
+    return out
+
+
+# -- the report -----------------------------------------------------------------------------------------------
+def format_table(kind: str, rows: dict) -> str:
+    metric = METRICS[kind][0]
+    cols = ["base", "without", "in_corpus"] + (["bm25"] if kind == "retrieval" else [])
+    head = "| corpus | n | " + " | ".join(f"{c} {metric}" for c in cols) + " | without - base |"
+    lines = [head, "|" + "---|" * (len(cols) + 3)]
+
+    def f(x):
+        return f"{x:.3f}" if isinstance(x, (int, float)) and x == x else "n/a"
+
+    for corpus, r in rows.items():
+        vals = [r.get(c, {}).get(metric) for c in cols]
+        n = next((r[c].get("n") for c in cols if c in r and r[c].get("n") is not None), "n/a")
+        delta = vals[1] - vals[0] if all(isinstance(v, (int, float)) for v in vals[:2]) else None
+        lines.append(f"| {corpus} | {n} | " + " | ".join(f(v) for v in vals) + f" | {f(delta)} |")
+    return "\n".join(lines) + "\n"
+
+
+def bar_plot(kind: str, rows: dict, path: Path) -> None:
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from eval.plots import save_figure
+
+    metric, corpora = METRICS[kind][0], list(rows)
+    fig = Figure(figsize=(1.8 + 1.6 * len(corpora), 3.6))
+    ax = fig.add_subplot(1, 1, 1)
+    x = np.arange(len(corpora))
+    for j, model in enumerate(MODELS):
+        vals = [rows[c].get(model, {}).get(metric) for c in corpora]
+        ax.bar(x + (j - 1) * 0.27, [v if isinstance(v, (int, float)) else 0 for v in vals], 0.27, label=model)
+    ax.set_xticks(x, corpora)
+    ax.set_ylabel(metric)
+    ax.set_ylim(0, 1)
+    ax.set_title(f"{kind}: held-out {metric}, router trained without the corpus")
+    ax.legend(fontsize=8)
+    save_figure(fig, path)
+
+
+def run(kind: str, cfg: LeaveOutConfig, trainer: Callable | None = None) -> dict:
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    sources = corpus_sources(cfg)
+    left_out = sorted(sources) if [c.lower() for c in cfg.leave_out] == ["all"] else list(cfg.leave_out)
+    unknown = [c for c in left_out if c not in sources]
+    if not left_out or unknown:
+        raise ValueError(f"--leave_out {unknown or '[]'}: choose among the corpora {sorted(sources)} (or 'all')")
+    without, in_corpus = _by_name(cfg.router_without, "--router_without"), _by_name(cfg.router_in_corpus, "--router_in_corpus")
+    base = cfg.base_model or DEFAULT_BASE[kind]
+    out = Path(cfg.output_dir)
+    rows: dict[str, dict] = {}
+    with OutputLock(out):
+        for corpus in left_out:
+            root = out / corpus
+            held = _held_out(sources[corpus], corpus)
+            info = write_train_without(kind, sources, corpus, root / "train_without.jsonl", cfg.seed)
+            router = without.get(corpus) or without.get("*") or train_without(
+                kind, cfg, root / "train_without.jsonl", root, trainer)
+            models = {"base": base, "without": str(router), "in_corpus": in_corpus.get(corpus) or in_corpus.get("*")}
+            score = score_sufficiency(cfg, held, models, root) if kind == "sufficiency" else \
+                score_retrieval(cfg, corpus, held, models, root)
+            rows[corpus] = {**score, "held_out": str(held), "train_without": {"file": str(root / "train_without.jsonl"),
+                            "samples": info.get("samples")}, "models": models}
+        table = format_table(kind, rows)
+        atomic_write_text(out / "leave_out.md", table)
+        bar_plot(kind, rows, out / "leave_out.png")
+        result = {"kind": kind, "config": asdict(cfg), "corpora": sorted(sources), "results": rows,
+                  "files": {"table": "leave_out.md", "plot": "leave_out.png"}}
+        atomic_write_json(out / "leave_out.json", result)
+    log.info("leave-one-corpus-out (%s):\n%s", kind, table)
+    return result
+
+
+def make_parser(kind: str):
+    from routers.config import make_arg_parser
+
+    return make_arg_parser([LeaveOutConfig], prog=f"memroute eval {kind} --leave_out",
+                           description="Leave-one-corpus-out: routers trained without a corpus, judged on it.")
+
+
+def main(argv=None, kind: str = "sufficiency", trainer: Callable | None = None) -> dict:
+    """``memroute eval sufficiency|retrieval --leave_out ...``; a leading evaluator recipe becomes ``eval_recipe``."""
+    import sys
+
+    from routers.config import parse_config
+    from routers.logs import setup_cli_logging
+
+    setup_cli_logging()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    recipe = argv.pop(0) if argv and argv[0].endswith((".yaml", ".yml")) and not argv[0].startswith("-") else None
+    (cfg,) = parse_config(make_parser(kind), [LeaveOutConfig], argv)
+    if recipe and not cfg.eval_recipe:
+        cfg.eval_recipe = recipe
+    return run(kind, cfg, trainer)

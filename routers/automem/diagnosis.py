@@ -1,0 +1,167 @@
+"""Failure-guided module diagnosis (seed 003 §4.3): scope gate -> failure mode -> module, the per-module
+histogram and the textual gradient ``(module, evidence ids, confidence, recommended edit)``.
+
+Scope gate (rule): a rollout error (tool / agent / LLM) or a timeout is out of scope; so is a failure whose
+evidence never appeared in any stored experience (memory could not have changed it). Failure modes, from the
+memory trace (``TaskResult.failure``):
+
+==========================  ======  ==========================================================================
+mode                        module  signal
+==========================  ======  ==========================================================================
+extraction_gap              E       the evidence was seen but no unit holds it and none was written from its source
+low_quality_extraction      E       units were written from the evidence's source, but none kept the evidence
+retrieval_miss              R       the evidence is in the pool but was not retrieved
+judge_rejected              S       retrieved, then dropped by the injection judge (the record's form fails it)
+retrieval_noise             R       injected, but buried among other units (or truncated away)
+stale_memory                M       an outdated version of the evidence was injected
+==========================  ======  ==========================================================================
+
+Without evidence annotations the trace alone decides (empty pool: extraction gap; nothing retrieved: miss;
+all dropped: judge-rejected; else noise). A diagnosis LLM (optional) relabels failures that resist the rules.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from typing import Sequence
+
+from routers.automem.evaluate import TaskResult
+from routers.automem.space import Arch, MODULE_LETTER
+
+FAILURE_MODULE = {"extraction_gap": "encode", "low_quality_extraction": "encode", "retrieval_miss": "retrieve",
+                  "judge_rejected": "store", "retrieval_noise": "retrieve", "stale_memory": "manage"}
+OUT_OF_SCOPE = ("tool_error", "timeout", "no_experience", "unattributed")
+_TIMEOUT = re.compile(r"timeout|timed out|budget", re.IGNORECASE)
+
+# the edits a failure mode recommends, in order of preference (single-coordinate, filtered for validity later)
+EDITS = {
+    "extraction_gap": [("encode", "+trajectory"), ("encode", "+insight"), ("encode", "+tip"), ("encode", "+workflow")],
+    "low_quality_extraction": [("encode", "+trajectory"), ("encode", "-workflow"), ("encode", "-shortcut"),
+                               ("encode", "-tip")],
+    "retrieval_miss": [("retrieve", "hybrid"), ("retrieve", "cbr_rerank"), ("store", "hybrid"),
+                       ("retrieve", "graph"), ("retrieve", "hyde")],
+    "judge_rejected": [("store", "hybrid"), ("store", "json"), ("store", "llm_graph")],
+    "retrieval_noise": [("retrieve", "mmr"), ("retrieve", "cbr_rerank"), ("encode", "-tip"), ("encode", "-workflow"),
+                        ("encode", "-shortcut"), ("encode", "-insight")],
+    "stale_memory": [("manage", "json_full"), ("manage", "graph_consolidate"), ("manage", "lightweight"),
+                     ("store", "llm_graph"), ("store", "json")],
+}
+
+
+def scope(result: TaskResult) -> str | None:
+    """None when the failure is memory-attributable, else why it is out of scope."""
+    f = result.failure or {}
+    if result.error:
+        return "timeout" if _TIMEOUT.search(result.error) else "tool_error"
+    if f.get("timeout"):
+        return "timeout"
+    if f.get("evidence_seen") is False:
+        return "no_experience"
+    return None
+
+
+def classify(result: TaskResult) -> str:
+    """The dominant failure mode of an in-scope failure (``unattributed`` when no rule fires)."""
+    f = result.failure or {}
+    mem = f.get("memory") or {}
+    if "evidence_in_pool" in f:
+        if not f["evidence_in_pool"]:
+            return "low_quality_extraction" if f.get("source_units") else "extraction_gap"
+        if not f.get("evidence_retrieved"):
+            return "retrieval_miss"
+        if not f.get("evidence_injected"):
+            kept = set(mem.get("kept", []))
+            return "judge_rejected" if mem.get("dropped") and len(kept) < len(mem.get("retrieved", [])) \
+                else "retrieval_noise"
+        if f.get("stale_injected"):
+            return "stale_memory"
+        return "retrieval_noise" if len(mem.get("kept", [])) > 1 else "unattributed"
+    if not mem.get("pool"):
+        return "extraction_gap"
+    if not mem.get("retrieved"):
+        return "retrieval_miss"
+    if not mem.get("kept"):
+        return "judge_rejected"
+    return "retrieval_noise"
+
+
+def diagnose(failures: Sequence[tuple[str, TaskResult]], arch: Arch | None = None, llm=None,
+             max_llm_traces: int = 4) -> dict:
+    """The round's textual gradient from ``(arch_key, result)`` pairs of failed tasks. Returns
+    ``{module, letter, failure_mode, evidence_ids, confidence, recommended_edit, histogram, modes,
+    out_of_scope, n_failures, cross_source_agreement}`` (module None when nothing is in scope)."""
+    modes: Counter = Counter()
+    oos: Counter = Counter()
+    per_mode_ids: dict[str, list[str]] = {}
+    for arch_key, r in failures:
+        if r.success:
+            continue
+        why = scope(r)
+        if why is None:
+            mode = classify(r)
+            if mode == "unattributed":
+                why = mode
+            else:
+                modes[mode] += 1
+                per_mode_ids.setdefault(mode, []).append(r.task_id)
+                continue
+        oos[why] += 1
+    hist = Counter()
+    for mode, n in modes.items():
+        hist[MODULE_LETTER[FAILURE_MODULE[mode]]] += n
+    total = sum(modes.values())
+    grad = {"module": None, "letter": None, "failure_mode": None, "evidence_ids": [], "confidence": "low",
+            "recommended_edit": None, "histogram": {k: hist.get(k, 0) for k in "ESRM"}, "modes": dict(modes),
+            "out_of_scope": dict(oos), "n_failures": total + sum(oos.values()),
+            "out_of_scope_for_memory": total == 0, "cross_source_agreement": None}
+    if not total:
+        return grad
+    mode, n = max(modes.items(), key=lambda kv: (kv[1], -list(FAILURE_MODULE).index(kv[0])))
+    module = FAILURE_MODULE[mode]
+    share = hist[MODULE_LETTER[module]] / total
+    grad.update(module=module, letter=MODULE_LETTER[module], failure_mode=mode,
+                evidence_ids=sorted(set(per_mode_ids[mode]))[:5],
+                confidence="high" if share >= 0.6 and total >= 3 else "medium" if share >= 0.4 else "low",
+                recommended_edit={"module": module, "edits": [list(e) for e in EDITS[mode]],
+                                  "from": _current(arch, module)})
+    if llm is not None:
+        grad = _llm_review(grad, failures, llm, max_llm_traces)
+    return grad
+
+
+def _current(arch: Arch | None, module: str):
+    if arch is None:
+        return None
+    v = getattr(arch, module)
+    return list(v) if isinstance(v, tuple) else v
+
+
+def _llm_review(grad: dict, failures, llm, max_traces: int) -> dict:
+    """The LLM diagnostician reads the histogram and a few failures and names the primary module; on
+    disagreement its module is adopted and the disagreement recorded."""
+    sample = [r for _, r in failures if not r.success][:max_traces]
+    listing = "\n".join(f"- {r.task_id}: error={r.error} failure={json.dumps(r.failure)[:300]}" for r in sample)
+    prompt = (f"Per-module failure histogram (E=encode, S=store, R=retrieve, M=manage): {grad['histogram']}\n"
+              f"Failures:\n{listing}\nWhich module is the primary bottleneck? Answer with one letter E, S, R or M.")
+    try:
+        out = llm.generate([[{"role": "system", "content": "You diagnose agent-memory failures."},
+                             {"role": "user", "content": prompt}]], 8)[0] or ""
+    except Exception as err:  # noqa: BLE001 - the rule diagnosis stands
+        grad["llm_error"] = f"{type(err).__name__}: {err}"
+        return grad
+    m = re.search(r"\b([ESRM])\b", out.upper())
+    if not m:
+        return grad
+    letter = m.group(1)
+    grad["cross_source_agreement"] = letter == grad["letter"]
+    if letter != grad["letter"]:
+        from routers.automem.space import LETTER_MODULE
+
+        module = LETTER_MODULE[letter]
+        mode = next(k for k, v in FAILURE_MODULE.items() if v == module)
+        grad.update(module=module, letter=letter, llm_module=module, confidence="low",
+                    recommended_edit={"module": module, "edits": [list(e) for e in EDITS[mode]],
+                                      "from": grad["recommended_edit"]["from"]})
+    return grad

@@ -1,0 +1,140 @@
+"""Encode: what a finished trajectory writes into memory (seed 003 §3.1, appendix B.5).
+
+Five unit types -- ``tip`` (transferable heuristic), ``insight`` (root cause of a failed task), ``trajectory``
+(grounded action-observation trace), ``workflow`` (generalized template with ``<PLACEHOLDER>`` slots) and
+``shortcut`` (parameterized macro with an input schema). Rule-based by default; with an LLM (anything with the
+``routers.backends`` ``generate`` interface) each type is written by one prompt and falls back to the rule
+when the answer is empty. Every unit carries ``use_when`` (the source task's pattern) for the injection judge.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from routers.memagent.protocol import Trajectory
+from routers.memagent.providers.text_limits import action_sequence, limit_words, render_trajectory
+
+_NUM = re.compile(r"\b\d+(?:\.\d+)?\b")
+_ID = re.compile(r"\b(?=[a-z]*\d)[a-z0-9_]*[a-z][a-z0-9_]*\b", re.IGNORECASE)  # tokens mixing letters + digits
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+@dataclass
+class Unit:
+    """One memory unit before storage: ``kind`` (unit type), ``key`` (what retrieval matches), ``text``."""
+
+    kind: str
+    key: str
+    text: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def generalize(text: str) -> str:
+    """Replace task-specific values (quoted strings, identifiers with digits, numbers) by placeholders."""
+    text = _QUOTED.sub("<VALUE>", text)
+    text = _ID.sub("<ID>", text)
+    return _NUM.sub("<NUM>", text)
+
+
+def task_pattern(task) -> str:
+    """The task pattern the observation graph and the judge use: ``meta['pattern']`` or the goal's first
+    two generalized words."""
+    meta = getattr(task, "meta", None) or {}
+    if meta.get("pattern"):
+        return str(meta["pattern"])
+    words = [w for w in re.findall(r"[a-z]+", generalize(getattr(task, "goal", str(task))).lower())
+             if w not in ("id", "num", "value", "the", "a", "an")]
+    return " ".join(words[:2]) or "task"
+
+
+def _verbs(traj: Trajectory) -> list[str]:
+    return list(dict.fromkeys(s.action.split()[0].lower() for s in traj.steps if s.action.split()))
+
+
+def rule_tip(traj: Trajectory) -> list[Unit]:
+    if not traj.success or not traj.steps:
+        return []
+    pat = generalize(traj.task.goal)
+    text = f"Tip: for tasks like '{pat}', {len(traj.steps)} step(s) sufficed using: {', '.join(_verbs(traj))}."
+    return [Unit("tip", pat, text)]
+
+
+def rule_insight(traj: Trajectory) -> list[Unit]:
+    if traj.success:
+        return []
+    last = traj.steps[-1] if traj.steps else None
+    seen = limit_words(" ".join(last.observation.split()), 30)[0] if last else "nothing"
+    tried = last.action if last else "no action"
+    text = (f"Insight (failed task '{traj.task.goal}'): the attempt '{tried}' ended with '{seen}'. "
+            "Do not repeat it; look for the missing information first.")
+    return [Unit("insight", traj.task.goal, text)]
+
+
+def rule_trajectory(traj: Trajectory, max_words: int = 160) -> list[Unit]:
+    if not traj.steps:
+        return []
+    text = render_trajectory(traj, max_words, obs_words=40)
+    return [Unit("trajectory", traj.task.goal, text)]
+
+
+def rule_workflow(traj: Trajectory) -> list[Unit]:
+    if not traj.success or not traj.steps:
+        return []
+    steps = "\n".join(f"{i + 1}. {generalize(s.action)}" for i, s in enumerate(traj.steps))
+    pat = generalize(traj.task.goal)
+    return [Unit("workflow", pat, f"Workflow: {pat}\n{steps}")]
+
+
+def rule_shortcut(traj: Trajectory) -> list[Unit]:
+    if not traj.success or not traj.steps:
+        return []
+    pat = generalize(traj.task.goal)
+    name = "_".join(re.findall(r"[a-z]+", pat.lower())[:3]) or "macro"
+    args = sorted(set(re.findall(r"<([A-Z]+)>", generalize(action_sequence(traj)))))
+    schema = ", ".join(a.lower() for a in args)
+    body = " ; ".join(generalize(s.action) for s in traj.steps)
+    return [Unit("shortcut", pat, f"Shortcut {name}({schema}): {body}", {"function": name})]
+
+
+RULES: dict[str, Callable[[Trajectory], list[Unit]]] = {
+    "tip": rule_tip, "insight": rule_insight, "trajectory": rule_trajectory, "workflow": rule_workflow,
+    "shortcut": rule_shortcut}
+
+PROMPTS = {
+    "tip": "Write one transferable tip (at most 40 words) that would help with similar tasks. No task-specific values.",
+    "insight": "This task failed. Write one root-cause insight (at most 40 words): what went wrong and what to do instead.",
+    "trajectory": "Rewrite this trajectory as a compact grounded trace: the actions that mattered and the facts the "
+                  "observations revealed (keep exact names and values). At most 120 words.",
+    "workflow": "Induce a reusable workflow: numbered abstract steps with <PLACEHOLDER> slots for task-specific "
+                "values. At most 100 words.",
+    "shortcut": "Write one executable macro 'Shortcut name(args): action ; action' with {arg} slots for "
+                "task-specific values. At most 60 words.",
+}
+GATES = {"tip": "success", "insight": "failure", "trajectory": "all", "workflow": "success", "shortcut": "success"}
+
+
+class Encoder:
+    """The Encode module: the union of the chosen unit types. ``ask(system, user) -> str`` (an LLM call) makes
+    the LLM writers active; without it every type is rule-based."""
+
+    def __init__(self, kinds, ask: Callable[[str, str], str] | None = None, max_prompt_words: int = 600):
+        self.kinds = tuple(kinds)
+        self.ask = ask
+        self.max_prompt_words = max_prompt_words
+
+    def __call__(self, traj: Trajectory) -> list[Unit]:
+        pattern = task_pattern(traj.task)
+        out = []
+        for kind in self.kinds:
+            units = RULES[kind](traj)
+            if self.ask is not None and units:  # the rule's gate decides whether this type writes at all
+                text = (self.ask(PROMPTS[kind], render_trajectory(traj, self.max_prompt_words)) or "").strip()
+                if text:
+                    units = [Unit(kind, units[0].key, text, dict(units[0].meta, writer="llm"))]
+            for u in units:
+                u.meta.setdefault("use_when", pattern)
+                u.meta.setdefault("outcome", "success" if traj.success else "failure")
+            out.extend(units)
+        return out

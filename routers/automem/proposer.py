@@ -1,0 +1,180 @@
+"""Experience-guided candidate proposal (EGAS, seed 003 §4.2). ``RuleProposer`` (default) and ``LLMProposer``
+(any ``routers.backends`` backend) share one interface:
+
+    proposals = proposer.propose(ctx, k)        # ctx: SearchContext (leader, front, ledger, graph, gradient)
+    proposer.resample(ctx, rejected, rng)       # a replacement for an invalid / duplicate proposal
+
+A proposal is ``Proposal(arch, origin, parent, edit, entry_id)``; it may be invalid (the search's checker
+rejects, counts and resamples it). Rule proposer, per round: the gradient's recommended single-coordinate
+edits of the leader (skipping refuted / dead-end edits; each tied to a ledger entry for differential
+validation), active principles not yet applied to the leader, then an exploration edit chosen by the
+observation graph (optimistic for untried options).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass, field
+
+from routers.automem.ledger import Ledger, ObservationGraph
+from routers.automem.space import (ENCODE, KNOWN_SYSTEMS, MENU, MODULES, Arch, as_arch, feasible_space, neighbors,
+                                   valid)
+
+
+@dataclass
+class Proposal:
+    arch: Arch
+    origin: str                      # init | gradient | principle | explore | resample | llm
+    parent: str | None = None        # the leader's key the edit was applied to
+    edit: list | None = None         # [module, option]
+    entry_id: str | None = None      # the ledger entry this proposal tests
+
+    def to_dict(self) -> dict:
+        return {"arch": self.arch.key, "origin": self.origin, "parent": self.parent, "edit": self.edit,
+                "entry_id": self.entry_id}
+
+
+@dataclass
+class SearchContext:
+    round: int
+    rng: random.Random
+    leader: Arch | None
+    front: list = field(default_factory=list)
+    ledger: Ledger = field(default_factory=Ledger)
+    graph: ObservationGraph = field(default_factory=ObservationGraph)
+    gradient: dict | None = None
+    evaluated: set = field(default_factory=set)
+    init: str = "random"
+
+
+def _apply(arch: Arch, module: str, option: str) -> Arch | None:
+    if module == "encode":
+        if option[:1] == "+" and option[1:] in arch.encode:
+            return None
+        if option[:1] == "-" and (option[1:] not in arch.encode or len(arch.encode) == 1):
+            return None
+    elif getattr(arch, module) == option:
+        return None
+    return arch.edit(module, option)
+
+
+class RuleProposer:
+    name = "rule"
+
+    def propose(self, ctx: SearchContext, k: int) -> list[Proposal]:
+        if ctx.leader is None:
+            return self._init(ctx, k)
+        out: list[Proposal] = []
+        seen = set(ctx.evaluated)
+        grad = ctx.gradient or {}
+        edits = (grad.get("recommended_edit") or {}).get("edits", [])
+        cond = grad.get("failure_mode") or ""
+        for module, option in edits:
+            if len(out) >= k:
+                break
+            if ctx.ledger.blocked([module, option]):
+                continue
+            arch = _apply(ctx.leader, module, option)
+            if arch is None or arch.key in seen:
+                continue
+            entry = ctx.ledger.propose(cond, [module, option], {"round": ctx.round, "proposed_on": ctx.leader.key,
+                                                                 "gradient_ids": grad.get("evidence_ids", [])})
+            out.append(Proposal(arch, "gradient", ctx.leader.key, [module, option], entry.entry_id))
+            seen.add(arch.key)
+        for e in ctx.ledger.active():
+            if len(out) >= k:
+                break
+            arch = _apply(ctx.leader, *e.edit)
+            if arch is not None and arch.key not in seen and not ctx.ledger.blocked(e.edit):
+                out.append(Proposal(arch, "principle", ctx.leader.key, list(e.edit), e.entry_id))
+                seen.add(arch.key)
+        while len(out) < k:
+            p = self._explore(ctx, seen)
+            if p is None:
+                break
+            out.append(p)
+            seen.add(p.arch.key)
+        return out
+
+    def _init(self, ctx: SearchContext, k: int) -> list[Proposal]:
+        if ctx.init == "known":
+            names = sorted(KNOWN_SYSTEMS)
+            ctx.rng.shuffle(names)
+            return [Proposal(KNOWN_SYSTEMS[n], "init") for n in names[:k]]
+        space = feasible_space()
+        return [Proposal(a, "init") for a in ctx.rng.sample(space, k)]
+
+    def _explore(self, ctx: SearchContext, seen: set) -> Proposal | None:
+        """The leader edited on one module toward the option with the best optimistic observed gain."""
+        cands = []
+        for module in MODULES:
+            opts = ([f"+{e}" for e in ENCODE] + [f"-{e}" for e in ENCODE]) if module == "encode" else MENU[module]
+            for opt in opts:
+                if ctx.ledger.blocked([module, opt]):
+                    continue
+                arch = _apply(ctx.leader, module, opt)
+                if arch is None or arch.key in seen or not valid(arch):
+                    continue
+                mean, n = ctx.graph.mean(module, opt.lstrip("+-"))
+                sign = -1.0 if opt.startswith("-") else 1.0
+                cands.append((sign * mean + 0.3 / (1 + n) ** 0.5 + 1e-3 * ctx.rng.random(), module, opt, arch))
+        if not cands:
+            return None
+        _, module, opt, arch = max(cands, key=lambda c: c[0])
+        return Proposal(arch, "explore", ctx.leader.key, [module, opt])
+
+    def resample(self, ctx: SearchContext, rejected: Proposal, rng: random.Random) -> Proposal:
+        """Repair an invalid proposal (keep its edit, change one other module), else a random unevaluated
+        neighbor of the leader, else a random valid architecture."""
+        fixes = [a for m in MODULES if not (rejected.edit and m == rejected.edit[0])
+                 for a in neighbors(rejected.arch, m) if valid(a) and a.key not in ctx.evaluated]
+        if fixes:
+            return Proposal(rng.choice(fixes), "resample", rejected.parent, rejected.edit, rejected.entry_id)
+        if ctx.leader is not None:
+            near = [a for m in MODULES for a in neighbors(ctx.leader, m) if valid(a) and a.key not in ctx.evaluated]
+            if near:
+                return Proposal(rng.choice(near), "resample", ctx.leader.key)
+        pool = [a for a in feasible_space() if a.key not in ctx.evaluated]
+        return Proposal(rng.choice(pool or feasible_space()), "resample")
+
+
+class LLMProposer(RuleProposer):
+    """The proposer LLM reads the front, the ledger, the graph's best choices and the gradient and answers
+    JSON architectures; unparsable answers fall back to the rule proposer (counted in ``fallbacks``)."""
+
+    name = "llm"
+
+    def __init__(self, llm, max_new_tokens: int = 400):
+        self.llm = llm
+        self.max_new_tokens = max_new_tokens
+        self.fallbacks = 0
+
+    def propose(self, ctx: SearchContext, k: int) -> list[Proposal]:
+        if ctx.leader is None:
+            return self._init(ctx, k)
+        prompt = {"menu": {m: list(MENU[m]) for m in MODULES}, "leader": ctx.leader.to_dict(),
+                  "front": ctx.front[:6], "gradient": ctx.gradient,
+                  "ledger": [e.to_dict() for e in ctx.ledger.entries[-12:]],
+                  "constraints": "graph retrieval and graph_consolidate need store graph|llm_graph; contrastive, hyde, "
+                                 "mmr need store vector|hybrid|llm_graph; json_full needs store json|hybrid; "
+                                 "tool_manager needs encode workflow or shortcut"}
+        try:
+            out = self.llm.generate([[{"role": "system", "content":
+                                       f"You propose {k} memory architectures as a JSON list of objects with keys "
+                                       "encode (list), store, retrieve, manage. Change one module of the leader each."},
+                                      {"role": "user", "content": json.dumps(prompt)}]], self.max_new_tokens)[0] or ""
+            m = re.search(r"\[.*\]", out, re.DOTALL)
+            archs = [as_arch(d) for d in json.loads(m.group(0))][:k] if m else []
+        except Exception:  # noqa: BLE001 - a bad answer falls back to the rules
+            archs = []
+        if not archs:
+            self.fallbacks += 1
+            return super().propose(ctx, k)
+        props = []
+        for a in archs:
+            diff = a.diff(ctx.leader)
+            edit = [diff[0], getattr(a, diff[0]) if diff[0] != "encode" else list(a.encode)] if len(diff) == 1 else None
+            props.append(Proposal(a, "llm", ctx.leader.key, edit))
+        return props

@@ -1,0 +1,198 @@
+"""The AutoMem search loop (seed 003 Algorithm 1) and its random-search baseline at the same budget.
+
+    from routers.automem.search import run_automem, run_random
+    trace = run_automem(evaluate, search_tasks, val_tasks, budget=12, k=3, seed=0, trace_path="trace.json")
+    trace["best"]        # the validated leader: arch key, search / validation accuracy, gain, cost
+    rand = run_random(evaluate, search_tasks, val_tasks, budget=12, seed=0, trace_path="random.json")
+
+``evaluate(arch, tasks) -> list[TaskResult]`` (``routers.automem.evaluate``). The budget counts candidate
+evaluations on the search batch (the no-memory baseline and leader validations are reported separately).
+Per round: K proposals (an invalid one is rejected, counted and resampled; duplicates are resampled silently),
+each evaluated on the search batch (a crash is a failed candidate, kept in the trace); the observation graph
+takes each candidate's per-pattern gain; differential validation settles the ledger entries the candidates
+tested; the Pareto front (accuracy, gain, cost) names the leader, validated every ``val_every`` rounds; the
+round's failures are diagnosed into the next textual gradient. Everything is in the trace JSON, written after
+every evaluation; rerunning resumes from it without re-evaluating.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Sequence
+
+from routers.automem.diagnosis import diagnose
+from routers.automem.evaluate import EvaluateFn, Evaluation
+from routers.automem.ledger import Ledger, ObservationGraph, leader, pareto_front
+from routers.automem.proposer import Proposal, RuleProposer, SearchContext
+from routers.automem.space import Arch, MODULES, feasible_space, valid, violations
+from routers.automem.trace import Runtime, best_so_far
+from routers.logs import get_logger
+
+log = get_logger(__name__)
+
+
+def _point(ev: Evaluation, base: Evaluation, index: int, round_: int, slot: int, prop: Proposal | None) -> dict:
+    acc = ev.accuracy
+    n = max(1, len(ev.results))
+    p = {"index": index, "round": round_, "slot": slot, "arch": ev.arch, "accuracy": acc,
+         "gain": None if acc is None else acc - (base.accuracy or 0.0), "cost": ev.tokens / n, "tokens": ev.tokens,
+         "failed": ev.failed, "error": ev.error, "seconds": round(ev.seconds, 4)}
+    if prop is not None:
+        p.update({k: v for k, v in prop.to_dict().items() if k != "arch"})
+    return p
+
+
+def _gains(ev: Evaluation, base: Evaluation) -> tuple[dict, dict]:
+    accs, b = ev.by_pattern(), base.by_pattern()
+    return {p: a - b.get(p, 0.0) for p, a in accs.items()}, accs
+
+
+def _validate(rt: Runtime, arch_key: str, val_tasks, base_val: Evaluation, round_: int, point: dict) -> dict:
+    ev = rt.run(Arch.parse(arch_key), val_tasks, "validation")
+    acc = ev.accuracy
+    return {"round": round_, "arch": arch_key, "accuracy": acc, "search_accuracy": point["accuracy"],
+            "gain": None if acc is None else acc - (base_val.accuracy or 0.0), "tokens": ev.tokens,
+            "failed": ev.failed}
+
+
+def _final(validations: list[dict], points: list[dict]) -> dict | None:
+    ok = [v for v in validations if v["accuracy"] is not None]
+    if not ok:
+        return None
+    v = max(ok, key=lambda v: (v["accuracy"], v["search_accuracy"] or 0.0, -validations.index(v)))
+    p = next(p for p in points if p["arch"] == v["arch"])
+    return {"arch": v["arch"], "search_accuracy": p["accuracy"], "validation_accuracy": v["accuracy"],
+            "search_gain": p["gain"], "validation_gain": v["gain"], "cost": p["cost"], "found_at": p["index"] + 1}
+
+
+def _summary(rt: Runtime, points, base_s, base_v, extra: dict, t0: float) -> dict:
+    curve = best_so_far(points)
+    return {"baseline": {"search_accuracy": base_s.accuracy, "validation_accuracy": base_v.accuracy,
+                         "search_tokens": base_s.tokens, "validation_tokens": base_v.tokens},
+            "evaluations": points, "best_so_far": curve, "evaluate_calls": rt.calls, "replayed": rt.replayed,
+            "candidate_tokens": sum(p["tokens"] for p in points), "wall_s": round(time.perf_counter() - t0, 3),
+            **extra}
+
+
+def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequence, *, budget: int = 15, k: int = 3,
+                val_every: int = 2, seed: int = 0, trace_path=None, fingerprint: dict | None = None, proposer=None,
+                diagnosis_llm=None, init: str = "random", resume: str = "auto", max_resample: int = 50) -> dict:
+    if budget < 1 or k < 1 or val_every < 1:
+        raise ValueError("budget, k and val_every must be >= 1")
+    t0 = time.perf_counter()
+    fp = {"method": "automem", "budget": budget, "k": k, "val_every": val_every, "seed": seed, "init": init,
+          "search_tasks": [t.task_id for t in search_tasks], "val_tasks": [t.task_id for t in val_tasks],
+          "proposer": getattr(proposer, "name", "rule"), **(fingerprint or {})}
+    rt = Runtime(evaluate, trace_path, fp, "automem", resume)
+    proposer = proposer or RuleProposer()
+    rng = random.Random(seed)
+    base_s = rt.run(None, search_tasks, "search")
+    base_v = rt.run(None, val_tasks, "validation")
+    ledger, graph = Ledger(), ObservationGraph()
+    points: list[dict] = []
+    validations, gradients, rejected = [], [], []
+    gradient, lead_key, round_ = None, None, 0
+
+    def state() -> dict:
+        return _summary(rt, points, base_s, base_v, {
+            "ledger": ledger.to_list(), "graph": graph.to_dict(), "validations": validations,
+            "gradients": gradients, "rejected_invalid": len(rejected), "rejected": rejected,
+            "front": [p["arch"] for p in pareto_front([p for p in points if not p["failed"]])],
+            "leader": lead_key, "best": _final(validations, points), "rounds": round_}, t0)
+
+    while len(points) < budget:
+        round_ += 1
+        ok = [p for p in points if not p["failed"]]
+        front = pareto_front(ok)
+        lead = leader(front)
+        ctx = SearchContext(round=round_, rng=rng, leader=Arch.parse(lead["arch"]) if lead else None,
+                            front=[{k2: p[k2] for k2 in ("arch", "accuracy", "gain", "cost")} for p in front],
+                            ledger=ledger, graph=graph, gradient=gradient,
+                            evaluated={p["arch"] for p in points}, init=init)
+        props = list(proposer.propose(ctx, min(k, budget - len(points))))[: budget - len(points)]
+        final: list[Proposal] = []
+        for prop in props:
+            tries = 0
+            while not valid(prop.arch) or prop.arch.key in ctx.evaluated:
+                if not valid(prop.arch):
+                    rejected.append({"round": round_, "arch": prop.arch.key, "origin": prop.origin,
+                                     "violations": violations(prop.arch)})
+                tries += 1
+                if tries > max_resample:
+                    prop = Proposal(rng.choice([a for a in feasible_space() if a.key not in ctx.evaluated]), "resample")
+                    break
+                prop = proposer.resample(ctx, prop, rng)
+            ctx.evaluated.add(prop.arch.key)
+            final.append(prop)
+        if not final:
+            break
+        failures = []
+        for slot, prop in enumerate(final):
+            ev = rt.run(prop.arch, search_tasks, "search")
+            p = _point(ev, base_s, len(points), round_, slot, prop)
+            points.append(p)
+            if not ev.failed:
+                gains, accs = _gains(ev, base_s)
+                graph.update(prop.arch.choices(), gains, accs)
+                failures += [(ev.arch, r) for r in ev.results if not r.success]
+            parent = next((q for q in points if q["arch"] == prop.parent), None)
+            if prop.entry_id and parent is not None:
+                improved = p["accuracy"] is not None and parent["accuracy"] is not None and (
+                    p["accuracy"] > parent["accuracy"] or (p["accuracy"] == parent["accuracy"]
+                                                           and p["cost"] < parent["cost"]))
+                ledger.validate(prop.entry_id, improved, {"round": round_, "arch": p["arch"], "parent": parent["arch"],
+                                                          "accuracy": p["accuracy"], "parent_accuracy": parent["accuracy"]})
+            rt.save(state())
+        for module in MODULES:  # dead ends: choices that keep losing to no memory
+            for opt in {o for a in final for m, o in a.arch.choices() if m == module}:
+                mean, n = graph.mean(module, opt)
+                if n >= 3 and mean <= 0 and module != "encode":
+                    ledger.propose("any task pattern", [module, opt], {"round": round_, "mean_gain": mean,
+                                                                        "n": n}, kind="dead_end")
+        ok = [p for p in points if not p["failed"]]
+        lead = leader(pareto_front(ok))
+        lead_key = lead["arch"] if lead else None
+        if lead and (round_ % val_every == 0 or len(points) >= budget) \
+                and all(v["arch"] != lead_key for v in validations):
+            validations.append(_validate(rt, lead_key, val_tasks, base_v, round_, lead))
+        gradient = diagnose(failures, Arch.parse(lead_key) if lead_key else None, diagnosis_llm)
+        gradient["round"] = round_
+        gradients.append(gradient)
+        rt.save(state())
+        log.info("automem round %d: %d evaluated, leader %s (%.3f), gradient %s/%s", round_, len(points), lead_key,
+                 lead["accuracy"] if lead else float("nan"), gradient["letter"], gradient["failure_mode"])
+    out = state()
+    rt.save(out)
+    return out
+
+
+def run_random(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequence, *, budget: int = 15, seed: int = 0,
+               trace_path=None, fingerprint: dict | None = None, resume: str = "auto") -> dict:
+    """Uniform samples of the valid space (without replacement), the best by search accuracy (then cost)
+    validated at the end."""
+    t0 = time.perf_counter()
+    fp = {"method": "random", "budget": budget, "seed": seed, "search_tasks": [t.task_id for t in search_tasks],
+          "val_tasks": [t.task_id for t in val_tasks], **(fingerprint or {})}
+    rt = Runtime(evaluate, trace_path, fp, "random", resume)
+    rng = random.Random(seed)
+    base_s = rt.run(None, search_tasks, "search")
+    base_v = rt.run(None, val_tasks, "validation")
+    archs = rng.sample(feasible_space(), budget)
+    points, validations = [], []
+
+    def state() -> dict:
+        return _summary(rt, points, base_s, base_v, {"validations": validations, "best": _final(validations, points)},
+                        t0)
+
+    for i, arch in enumerate(archs):
+        ev = rt.run(arch, search_tasks, "search")
+        points.append(_point(ev, base_s, i, i + 1, 0, Proposal(arch, "random")))
+        rt.save(state())
+    ok = [p for p in points if not p["failed"]]
+    if ok:
+        best = max(ok, key=lambda p: (p["accuracy"], -p["cost"], -p["index"]))
+        validations.append(_validate(rt, best["arch"], val_tasks, base_v, len(points), best))
+    out = state()
+    rt.save(out)
+    return out

@@ -1,0 +1,108 @@
+"""The search trace and its evaluation cache: every evaluation is appended to the trace JSON (written
+atomically) as soon as it finishes, so a killed search rerun with the same settings replays the recorded
+evaluations and calls ``evaluate`` only for what is missing (the search itself is deterministic given its
+seed and the evaluation results). A trace written with other settings is refused unless ``resume='never'``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+from routers.automem.evaluate import EvaluateFn, Evaluation, run_evaluation
+from routers.automem.space import Arch
+from routers.logs import get_logger
+
+log = get_logger(__name__)
+TRACE_FORMAT = "memroute.automem.trace"
+TRACE_SCHEMA_VERSION = 1
+
+
+class TraceMismatch(ValueError):
+    pass
+
+
+def _key(arch: Arch | None, batch: str) -> str:
+    return f"{batch}::{arch.key if arch is not None else 'none'}"
+
+
+class Runtime:
+    """Evaluations through a cache backed by the trace file; ``calls`` (new evaluations), ``replayed``."""
+
+    def __init__(self, evaluate: EvaluateFn, trace_path=None, fingerprint: dict | None = None, method: str = "automem",
+                 resume: str = "auto"):
+        self.evaluate = evaluate
+        self.path = Path(trace_path) if trace_path else None
+        self.fingerprint = fingerprint or {}
+        self.method = method
+        self.log: list[dict] = []
+        self.cache: dict[str, dict] = {}
+        self.calls = 0
+        self.replayed = 0
+        self.state: dict = {}
+        if self.path is not None and self.path.exists():
+            if resume == "never":
+                self.path.unlink()
+            else:
+                self._load()
+
+    def _load(self) -> None:
+        try:
+            old = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as err:
+            raise TraceMismatch(f"{self.path}: unreadable trace ({err}); remove it or pass resume=never") from None
+        if old.get("format") != TRACE_FORMAT or old.get("method") != self.method:
+            raise TraceMismatch(f"{self.path}: not a {self.method} trace")
+        if old.get("fingerprint") != self.fingerprint:
+            diff = sorted(k for k in set(old.get("fingerprint", {})) | set(self.fingerprint)
+                          if old.get("fingerprint", {}).get(k) != self.fingerprint.get(k))
+            raise TraceMismatch(f"{self.path}: written with other settings ({diff}); use resume=never to start over")
+        for rec in old.get("log", []):
+            self.cache[rec["key"]] = rec
+        log.info("%s: resuming, %d evaluations recorded", self.path, len(self.cache))
+
+    def run(self, arch: Arch | None, tasks: Sequence, batch: str) -> Evaluation:
+        key = _key(arch, batch)
+        rec = self.cache.get(key)
+        fresh = rec is None
+        if fresh:
+            self.calls += 1
+            ev = run_evaluation(self.evaluate, arch, tasks, batch)
+            rec = {"key": key, "evaluation": ev.to_dict()}
+            self.cache[key] = rec
+        else:
+            self.replayed += 1
+            ev = Evaluation.from_dict(rec["evaluation"])
+        if all(r["key"] != key for r in self.log):
+            self.log.append(rec)
+        if fresh:
+            self.save()
+        return ev
+
+    def save(self, extra: dict | None = None) -> None:
+        if extra is not None:
+            self.state = extra
+        if self.path is None:
+            return
+        from routers.io import atomic_write_json
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        pending = [r for k, r in self.cache.items() if all(x["key"] != k for x in self.log)]
+        atomic_write_json(self.path, {"format": TRACE_FORMAT, "schema_version": TRACE_SCHEMA_VERSION,
+                                      "method": self.method, "fingerprint": self.fingerprint, **self.state,
+                                      "log": self.log + pending})
+
+
+def best_so_far(points: Sequence[dict]) -> list[float | None]:
+    """Best search accuracy after each candidate evaluation (failed ones carry the previous best)."""
+    out, best = [], None
+    for p in points:
+        if p.get("accuracy") is not None and (best is None or p["accuracy"] > best):
+            best = p["accuracy"]
+        out.append(best)
+    return out
+
+
+def first_reach(curve: Sequence[float | None], target: float) -> int | None:
+    """1-based number of evaluations after which ``curve`` first reaches ``target`` (None: never)."""
+    return next((i + 1 for i, v in enumerate(curve) if v is not None and v >= target - 1e-12), None)

@@ -1,0 +1,251 @@
+"""AutoMem: the search space, the composable memory systems, diagnosis, ledger, resumable search, and the
+planted problem where guided search must beat random search at equal budget."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from memagent_provider_fakes import HashEncoder  # noqa: E402
+from test_automem_world import ScriptedAgent, VaultWorld, make_evaluator  # noqa: E402
+
+from routers.automem import (Arch, FAILURE_MODULE, Ledger, MemorySystem, TaskResult, classify, diagnose,  # noqa: E402
+                             feasible_space, first_reach, load_system, run_automem, run_random, save_system_config,
+                             scope, valid, violations)
+from routers.automem.trace import TraceMismatch  # noqa: E402
+from routers.memagent.protocol import MemoryProvider, Task, Trajectory, TrajectoryStep  # noqa: E402
+
+
+def _traj(goal, obs, ok=True, action="look"):
+    return Trajectory(task=Task(f"t-{goal}", goal), steps=[TrajectoryStep(0, obs, action)], success=ok)
+
+
+def test_valid_accepts_and_rejects_per_constraints():
+    assert valid(Arch(("trajectory", "insight"), "hybrid", "mmr", "json_full"))
+    assert valid(Arch(("trajectory",), "llm_graph", "graph", "graph_consolidate"))
+    assert valid({"encode": ["workflow"], "store": "vector", "retrieve": "hybrid", "manage": "tool_manager"})
+    bad = {Arch(("tip",), "json", "graph", "lightweight"): "graph-family store",
+           Arch(("tip",), "vector", "hybrid", "graph_consolidate"): "graph-family store",
+           Arch(("tip",), "json", "mmr", "lightweight"): "dense index",
+           Arch(("tip",), "graph", "hyde", "lightweight"): "dense index",
+           Arch(("tip",), "vector", "hybrid", "json_full"): "keyed records",
+           Arch(("tip", "insight"), "json", "hybrid", "tool_manager"): "procedural",
+           Arch((), "json", "hybrid", "lightweight"): "at least one",
+           Arch(("tips",), "json", "hybrid", "lightweight"): "unknown encode"}
+    for arch, why in bad.items():
+        assert not valid(arch)
+        assert any(why in v for v in violations(arch)), (arch, violations(arch))
+    assert not valid("not|an|arch") and not valid(42)
+    space = feasible_space()
+    assert len(space) == len({a.key for a in space}) > 1000
+    assert Arch(("trajectory", "tip"), "json", "hybrid", "lightweight").key == "tip+trajectory|json|hybrid|lightweight"
+
+
+def test_every_valid_arch_round_trips_store_retrieve():
+    enc = HashEncoder(32)
+    for arch in feasible_space():
+        mem = MemorySystem(arch, encoder=enc)
+        assert isinstance(mem, MemoryProvider)
+        mem.store(_traj("scout the vault in room r3", "The display reads: vault r3 code is 4821.", action="look"))
+        mem.store(_traj("scout the vault in room r3", "The display reads: vault r3 code is 4821.", action="enter 4821"))
+        mem.store(_traj("unlock the strongbox in chamber r3", "Wrong code.", ok=False, action="enter 0000"))
+        got = mem.retrieve("scout the vault in room r3")
+        assert got.text and got.item_ids, arch
+        assert mem.last_trace["pool"] >= 1 and set(got.item_ids) <= set(mem.last_trace["retrieved"])
+        mem.retrieve("unlock the strongbox in room r3")       # the judge may drop units; retrieval still ranks
+        assert mem.last_trace["retrieved"] and len(mem.last_trace["retrieved"]) <= mem.k, arch
+        if "trajectory" in arch.encode:
+            assert "4821" in "\n".join(it.text for it in mem.items), arch
+    with pytest.raises(ValueError, match="invalid architecture"):
+        MemorySystem(Arch(("tip",), "json", "graph", "lightweight"), encoder=enc)
+
+
+def test_stale_memory_managers_and_exported_config(tmp_path):
+    enc = HashEncoder(32)
+    stale = Arch(("trajectory",), "vector", "hybrid", "lightweight")     # unit text differs: old code survives
+    fresh = Arch(("trajectory",), "json", "hybrid", "json_full")          # one record per source task
+    for arch, n in ((stale, 2), (fresh, 1)):
+        mem = MemorySystem(arch, encoder=enc)
+        mem.store(_traj("scout the vault in room r3", "vault r3 code is 1111."))
+        mem.store(_traj("scout the vault in room r3", "vault r3 code is 2222."))
+        assert len(mem) == n, arch
+    save_system_config(tmp_path / "memory_system.json", fresh, k=2, max_words=50)
+    mem = load_system(tmp_path / "memory_system.json", encoder=enc)
+    assert mem.arch == fresh and mem.k == 2 and mem.output_limit == 50
+    cfg = json.loads((tmp_path / "memory_system.json").read_text())
+    cfg["arch"]["retrieve"] = "graph"
+    (tmp_path / "bad.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="graph-family"):
+        load_system(tmp_path / "bad.json", encoder=enc)
+
+
+def _fail(**f):
+    mem = f.pop("memory", {"pool": 3, "retrieved": ["a"], "kept": ["a"], "dropped": []})
+    return TaskResult("t", False, failure={"timeout": False, "memory": mem, **f})
+
+
+def test_diagnosis_maps_failure_modes_to_modules():
+    ev = dict(evidence_seen=True, evidence_in_pool=True, evidence_retrieved=True, evidence_injected=True,
+              stale_injected=False, source_units=1)
+    cases = {"extraction_gap": _fail(**{**ev, "evidence_in_pool": False, "source_units": 0}),
+             "low_quality_extraction": _fail(**{**ev, "evidence_in_pool": False}),
+             "retrieval_miss": _fail(**{**ev, "evidence_retrieved": False}),
+             "judge_rejected": _fail(**{**ev, "evidence_injected": False},
+                                     memory={"pool": 3, "retrieved": ["a", "b"], "kept": ["b"], "dropped": ["a"]}),
+             "stale_memory": _fail(**{**ev, "stale_injected": True})}
+    for mode, r in cases.items():
+        assert scope(r) is None and classify(r) == mode
+    assert FAILURE_MODULE == {"extraction_gap": "encode", "low_quality_extraction": "encode",
+                              "retrieval_miss": "retrieve", "judge_rejected": "store", "retrieval_noise": "retrieve",
+                              "stale_memory": "manage"}
+    assert scope(TaskResult("t", False, error="TimeoutError: tool timed out")) == "timeout"
+    assert scope(TaskResult("t", False, error="RuntimeError: browser tool crashed")) == "tool_error"
+    assert scope(_fail(**{**ev, "evidence_seen": False})) == "no_experience"
+    fails = [("a", cases["stale_memory"])] * 3 + [("a", cases["retrieval_miss"])] + \
+        [("a", TaskResult("x", False, error="TimeoutError"))] * 5
+    g = diagnose(fails, Arch(("trajectory",), "json", "hybrid", "lightweight"))
+    assert (g["module"], g["letter"], g["failure_mode"]) == ("manage", "M", "stale_memory")
+    assert g["histogram"] == {"E": 0, "S": 0, "R": 1, "M": 3} and g["out_of_scope"] == {"timeout": 5}
+    assert g["confidence"] == "high" and g["evidence_ids"] == ["t"]
+    assert g["recommended_edit"]["from"] == "lightweight" and ["manage", "json_full"] in g["recommended_edit"]["edits"]
+    assert diagnose([("a", TaskResult("x", False, error="TimeoutError"))])["module"] is None
+
+
+def test_ledger_status_transitions_under_differential_validation():
+    led = Ledger()
+    e = led.propose("retrieval_miss", ["retrieve", "hybrid"], {"round": 1})
+    assert e.status == "pending" and not led.blocked(["retrieve", "hybrid"])
+    assert led.validate(e.entry_id, True, {}).status == "active"
+    assert led.validate(e.entry_id, True, {}).status == "active"
+    assert led.validate(e.entry_id, False, {}).status == "pending"     # downgraded
+    assert led.validate(e.entry_id, False, {}).status == "refuted"
+    assert led.validate(e.entry_id, True, {}).status == "refuted"      # refuted stays refuted
+    assert led.blocked(["retrieve", "hybrid"]) and len(e.evidence) == 6
+    f = led.propose("stale_memory", ["manage", "json_full"], {})
+    assert led.validate(f.entry_id, False, {}).status == "refuted"
+    d = led.propose("any", ["store", "json"], {}, kind="dead_end")
+    assert d.status == "active" and led.blocked(["store", "json"])
+    assert Ledger(led.to_list()).to_list() == led.to_list()
+
+
+class CountingEval:
+    """Counts calls; ``crash_on`` makes those architectures raise; ``die_after`` simulates a killed process."""
+
+    def __init__(self, inner, crash_on=(), die_after=None):
+        self.inner, self.crash_on, self.die_after, self.calls = inner, set(crash_on), die_after, 0
+
+    def __call__(self, arch, tasks):
+        self.calls += 1
+        if self.die_after is not None and self.calls > self.die_after:
+            raise KeyboardInterrupt("killed")
+        if arch is not None and arch.key in self.crash_on:
+            raise RuntimeError("rollout crashed")
+        return self.inner(arch, tasks)
+
+
+def test_resume_recomputes_nothing_and_crash_is_recorded(tmp_path):
+    world, inner = make_evaluator(0)
+    S, V = world.tasks("search"), world.tasks("validation")
+    path = tmp_path / "trace.json"
+    full = CountingEval(inner)
+    ref = run_automem(full, S, V, budget=9, k=3, seed=0, trace_path=tmp_path / "ref.json")
+    killed = CountingEval(inner, die_after=6)
+    with pytest.raises(KeyboardInterrupt):
+        run_automem(killed, S, V, budget=9, k=3, seed=0, trace_path=path)
+    assert len(json.loads(path.read_text())["log"]) == 6
+    again = CountingEval(inner)
+    out = run_automem(again, S, V, budget=9, k=3, seed=0, trace_path=path)
+    assert again.calls == full.calls - 6 and out["replayed"] == 6
+    assert [p["arch"] for p in out["evaluations"]] == [p["arch"] for p in ref["evaluations"]]
+    assert out["ledger"] == ref["ledger"] and out["best"] == ref["best"]
+    once_more = CountingEval(inner)
+    run_automem(once_more, S, V, budget=9, k=3, seed=0, trace_path=path)
+    assert once_more.calls == 0                                         # everything replayed
+    with pytest.raises(TraceMismatch):
+        run_automem(CountingEval(inner), S, V, budget=10, k=3, seed=0, trace_path=path)
+    crash = ref["evaluations"][1]["arch"]
+    out = run_automem(CountingEval(inner, crash_on={crash}), S, V, budget=9, k=3, seed=0,
+                      trace_path=tmp_path / "crash.json")
+    rec = next(p for p in out["evaluations"] if p["arch"] == crash)
+    assert rec["failed"] and "rollout crashed" in rec["error"] and rec["accuracy"] is None
+    assert len(out["evaluations"]) == 9 and crash not in out["front"]
+
+
+class InvalidFirst:
+    """A proposer whose first proposals are invalid (graph retrieval on a json store)."""
+
+    name = "invalid-first"
+
+    def __init__(self):
+        from routers.automem.proposer import RuleProposer
+
+        self.rule, self.n = RuleProposer(), 0
+
+    def propose(self, ctx, k):
+        from routers.automem.proposer import Proposal
+
+        self.n += 1
+        if self.n == 1:
+            return [Proposal(Arch(("tip",), "json", "graph", "lightweight"), "llm"),
+                    Proposal(Arch(("tip",), "vector", "hybrid", "json_full"), "llm")]
+        return self.rule.propose(ctx, k)
+
+    def resample(self, ctx, rejected, rng):
+        return self.rule.resample(ctx, rejected, rng)
+
+
+def test_invalid_proposals_are_rejected_counted_and_resampled():
+    world, inner = make_evaluator(0)
+    out = run_automem(inner, world.tasks("search"), world.tasks("validation"), budget=4, k=2, seed=0,
+                      proposer=InvalidFirst())
+    assert out["rejected_invalid"] >= 2
+    assert {r["arch"] for r in out["rejected"]} >= {"tip|json|graph|lightweight", "tip|vector|hybrid|json_full"}
+    assert all(valid(Arch.parse(p["arch"])) for p in out["evaluations"]) and len(out["evaluations"]) == 4
+
+
+def test_automem_beats_random_on_planted_problem():
+    reach_a, reach_r = [], []
+    for seed in (0, 1, 2):
+        world, ev = make_evaluator(0)
+        S, V = world.tasks("search"), world.tasks("validation")
+        a = run_automem(ev, S, V, budget=12, k=3, seed=seed)
+        r = run_random(ev, S, V, budget=12, seed=seed)
+        best_a, best_r = max(x for x in a["best_so_far"] if x), max(x for x in r["best_so_far"] if x)
+        assert best_a >= best_r, seed
+        assert best_a > a["baseline"]["search_accuracy"]
+        reach_a.append(first_reach(a["best_so_far"], best_r))
+        reach_r.append(first_reach(r["best_so_far"], best_r))
+        assert a["best"] and a["validations"] and a["gradients"] and a["graph"]
+    assert sum(reach_a) / 3 < sum(reach_r) / 3, (reach_a, reach_r)
+
+
+def test_train_and_eval_jobs_on_the_planted_world(tmp_path, monkeypatch):
+    import eval.automem as ev_job
+    import train.automem as tr_job
+
+    world = VaultWorld(0)
+    world.tasks_by_split["train"] = world.tasks("search") + world.tasks("validation")
+    world.tasks_by_split["heldout"] = world.tasks("test")
+
+    def fake_build(cfg, env=None):
+        from routers.automem.evaluate import RolloutEvaluator
+
+        return world, RolloutEvaluator(world, ScriptedAgent(), encoder=HashEncoder(64), max_steps=3, max_words=60)
+
+    monkeypatch.setattr(tr_job, "build_evaluator", fake_build)
+    out = tmp_path / "search"
+    s = tr_job.main(["--output_dir", str(out), "--n_search", "15", "--n_val", "15", "--budget", "6",
+                     "--seeds", "0", "--agent", "random"])
+    assert s["seeds"]["0"]["automem"]["evaluations"] == 6 and (out / "memory_system.json").exists()
+    assert load_system(out / "memory_system.json", encoder=HashEncoder(8)).arch
+    res = ev_job.main(["--search_dir", str(out), "--output_dir", str(tmp_path / "eval"), "--agent", "random"])
+    row = res["seeds"]["0"]
+    assert row["no_memory"]["accuracy"] is not None and row["automem"]["accuracy"] is not None
+    assert row["random"]["accuracy"] is not None
+    for f in ("results.json", "search_trace.json", "best_so_far.png", "memory_system.json"):
+        assert (tmp_path / "eval" / f).stat().st_size > 0
+    assert "ledger" in json.loads((tmp_path / "eval" / "search_trace.json").read_text())["0"]["automem"]

@@ -1,0 +1,171 @@
+"""AutoMem memory-architecture search (seed 003) and its random-search baseline at the same budget.
+
+    memroute train automem configs/automem/train/default.yaml [--budget 15 --seeds 0 1 2]
+    python -m train.automem configs/automem/train/default.yaml
+
+Builds the environment and task agent from the MemAgent rollout options (``env``, ``agent``, ...), splits the
+``search_split`` tasks (fixed shuffle, seed 42) into a search batch and a validation batch, and for every seed
+runs the AutoMem loop and random search (``routers.automem.search``) with real rollouts
+(``routers.automem.evaluate.RolloutEvaluator``). Writes into ``output_dir``: ``seed<S>/automem_trace.json`` and
+``seed<S>/random_trace.json`` (baseline, every evaluated architecture, ledger, observation graph, gradients,
+validations; resumable: a killed run rerun with the same command replays them), ``summary.json``,
+``memory_system.json`` (the best validated architecture of ``export_seed``, loadable by
+``routers.automem.load_system``) and ``resolved_config.yaml``. Held-out results: ``memroute eval automem``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from routers.config import check_resume_value, make_arg_parser, parse_config, save_resolved_config
+from routers.io import OutputLock, atomic_write_json
+from routers.logs import get_logger, setup_cli_logging
+from routers.memagent.rollout import RolloutConfig
+from routers.validation import int_option, option_problems, raise_option_problems
+
+log = get_logger(__name__)
+
+
+@dataclass
+class AutomemTrainConfig(RolloutConfig):
+    output_dir: str = "outputs/automem/search"
+    search_split: str = field(default="train", metadata={"help": "split whose tasks are cut into search + validation"})
+    n_search: int = field(default=16, metadata={"help": "search-batch tasks (played in order, memory accumulates)"})
+    n_val: int = field(default=8, metadata={"help": "validation-batch tasks"})
+    budget: int = field(default=15, metadata={"help": "candidate evaluations per method and seed"})
+    k: int = field(default=3, metadata={"help": "candidates per AutoMem round"})
+    val_every: int = field(default=2, metadata={"help": "validate the Pareto leader every this many rounds"})
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    init: str = field(default="random", metadata={"help": "round-1 candidates: random (as random search) | known "
+                                                         "(human-designed systems as tuples)"})
+    proposer: str = field(default="rule", metadata={"help": "rule | llm (needs backend)"})
+    backend: str | None = field(default=None, metadata={"help": "LLM backend for the llm proposer and diagnostician"})
+    memory_llm: str | None = field(default=None, metadata={"help": "LLM backend the memory systems write with "
+                                                           "(None: rule-based encoders)"})
+    retriever: str | None = field(default=None, metadata={"help": "trained RetrieverRouter export: the encoder of "
+                                                          "contrastive retrieval"})
+    memory_k: int = field(default=3, metadata={"help": "units retrieved per task"})
+    memory_words: int = field(default=120, metadata={"help": "max injected memory words"})
+    random_baseline: bool = True
+    export_seed: int | None = None
+    resume: str = "auto"
+
+    def __post_init__(self):
+        super().__post_init__()
+        raise_option_problems(option_problems([
+            int_option(self.n_search, "n_search"), int_option(self.n_val, "n_val"), int_option(self.budget, "budget"),
+            int_option(self.k, "k"), int_option(self.val_every, "val_every"), int_option(self.memory_k, "memory_k"),
+            int_option(self.memory_words, "memory_words"), (bool(self.seeds), "seeds must list at least one seed"),
+            (self.init in ("random", "known"), f"init must be random or known, got {self.init!r}"),
+            (self.proposer in ("rule", "llm"), f"proposer must be rule or llm, got {self.proposer!r}"),
+            (self.proposer == "rule" or bool(self.backend), "proposer llm needs --backend"),
+            (self.export_seed is None or self.export_seed in self.seeds, "export_seed must be one of seeds")]))
+        check_resume_value(self.resume)
+
+
+def split_tasks(tasks: list, n_search: int, n_val: int, seed: int = 42) -> tuple[list, list]:
+    """Disjoint search / validation batches from a fixed shuffle (original order kept inside each batch)."""
+    if len(tasks) < n_search + n_val:
+        raise ValueError(f"{len(tasks)} tasks cannot fill n_search={n_search} + n_val={n_val}")
+    idx = list(range(len(tasks)))
+    random.Random(seed).shuffle(idx)
+    s, v = sorted(idx[:n_search]), sorted(idx[n_search:n_search + n_val])
+    return [tasks[i] for i in s], [tasks[i] for i in v]
+
+
+def build_evaluator(cfg, env=None, agent=None):
+    """The rollout evaluator of a config (environment, agent, encoder, memory LLM built once)."""
+    from routers.automem.evaluate import RolloutEvaluator
+    from routers.memagent.rollout import build_agent, build_env, token_counter
+
+    env = env if env is not None else build_env(cfg)
+    agent = agent if agent is not None else build_agent(cfg)
+    encoder = cfg.encoder
+    if cfg.retriever:
+        from routers.retriever import RetrieverRouter
+
+        encoder = RetrieverRouter.from_pretrained(cfg.retriever)
+    from routers.memagent.providers.encoder import as_encoder
+
+    llm = None
+    if cfg.memory_llm:
+        from routers.backends import make_backend
+
+        llm = make_backend(cfg.memory_llm)
+    return env, RolloutEvaluator(env, agent, encoder=as_encoder(encoder), llm=llm, max_steps=cfg.max_steps,
+                                 count_tokens=token_counter(agent), k=cfg.memory_k, max_words=cfg.memory_words)
+
+
+def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
+    from routers.automem.proposer import LLMProposer
+    from routers.automem.search import run_automem, run_random
+    from routers.automem.system import save_system_config
+    from routers.automem.trace import first_reach
+    from routers.memagent.rollout import env_tasks
+
+    if evaluator is None:
+        env, evaluator = build_evaluator(cfg, env)
+    search, val = split_tasks(env_tasks(env, cfg.search_split), cfg.n_search, cfg.n_val)
+    llm = None
+    if cfg.backend:
+        from routers.backends import make_backend
+
+        llm = make_backend(cfg.backend)
+    out = Path(cfg.output_dir)
+    fp = {"env": cfg.env, "agent": cfg.agent, "agent_model": cfg.agent_model, "memory_llm": cfg.memory_llm,
+          "retriever": cfg.retriever, "memory_k": cfg.memory_k, "memory_words": cfg.memory_words}
+    summary = {"schema_version": 1, "config": asdict(cfg), "seeds": {}}
+    with OutputLock(out):
+        save_resolved_config(out, cfg)
+        for seed in cfg.seeds:
+            d = out / f"seed{seed}"
+            proposer = LLMProposer(llm) if cfg.proposer == "llm" else None
+            a = run_automem(evaluator, search, val, budget=cfg.budget, k=cfg.k, val_every=cfg.val_every, seed=seed,
+                            trace_path=d / "automem_trace.json", fingerprint=fp, proposer=proposer,
+                            diagnosis_llm=llm, init=cfg.init, resume=cfg.resume)
+            row = {"automem": _brief(a)}
+            if cfg.random_baseline:
+                r = run_random(evaluator, search, val, budget=cfg.budget, seed=seed,
+                               trace_path=d / "random_trace.json", fingerprint=fp, resume=cfg.resume)
+                row["random"] = _brief(r)
+                target = max((x for x in r["best_so_far"] if x is not None), default=None)
+                row["automem_reaches_random_best_at"] = (first_reach(a["best_so_far"], target)
+                                                         if target is not None else None)
+                row["random_best_at"] = first_reach(r["best_so_far"], target) if target is not None else None
+            summary["seeds"][str(seed)] = row
+            log.info("seed %d: automem %s | random %s", seed, row["automem"]["best"], row.get("random", {}).get("best"))
+        export_seed = cfg.export_seed if cfg.export_seed is not None else cfg.seeds[0]
+        best = summary["seeds"][str(export_seed)]["automem"]["best"]
+        if best:
+            save_system_config(out / "memory_system.json", best["arch"], encoder=cfg.encoder, llm=cfg.memory_llm,
+                               retriever=cfg.retriever, metrics={"seed": export_seed, **best},
+                               k=cfg.memory_k, max_words=cfg.memory_words)
+        summary["export"] = str(out / "memory_system.json") if best else None
+        atomic_write_json(out / "summary.json", summary)
+    return summary
+
+
+def _brief(trace: dict) -> dict:
+    return {"best": trace["best"], "baseline": trace["baseline"], "evaluations": len(trace["evaluations"]),
+            "evaluate_calls": trace["evaluate_calls"], "candidate_tokens": trace["candidate_tokens"],
+            "rejected_invalid": trace.get("rejected_invalid", 0), "wall_s": trace["wall_s"],
+            "failed": sum(1 for p in trace["evaluations"] if p["failed"])}
+
+
+def make_parser():
+    return make_arg_parser([AutomemTrainConfig], prog="memroute train automem",
+                           description="AutoMem: Encode/Store/Retrieve/Manage architecture search vs random search.")
+
+
+def main(argv=None) -> dict:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    setup_cli_logging()
+    (cfg,) = parse_config(make_parser(), [AutomemTrainConfig], argv)
+    return run(cfg)
+
+
+if __name__ == "__main__":
+    main()
