@@ -50,7 +50,7 @@ from routers.memagent.rollout import (  # noqa: F401 - RolloutJob, token_counter
     EXPLORATION_FIELDS, FORMAT, SCHEMA_VERSION, RolloutConfig, RolloutContext, RolloutJob, build_agent, build_env,
     build_providers_from, env_tasks, exploration_record, init_worker, probe_function, rollout_id, token_counter,
     validate_exploration, worker_rollout)
-from routers.memagent.rollout import short_term_factory as _stm_factory
+from routers.memagent.rollout import WORLD_OPTIONS, short_term_factory as _stm_factory
 
 log = get_logger("data_synthesis.memagent")  # the same name under python -m
 TASK_FIELDS = ("id", "task_id", "goal", "previews", "retrieved")
@@ -145,8 +145,8 @@ def frozen_providers(cfg: ForcedExplorationConfig, exploration_dir: str | os.Pat
 
 
 # -- the explorer ------------------------------------------------------------------------------------------------
-def fingerprint(cfg: ForcedExplorationConfig) -> dict:
-    return {k: getattr(cfg, k) for k in FINGERPRINT_FIELDS}
+def fingerprint(cfg: ForcedExplorationConfig) -> dict:  # world options only for worlds: old runs still resume
+    return {k: getattr(cfg, k) for k in FINGERPRINT_FIELDS + (WORLD_OPTIONS if cfg.env != "textworld" else ())}
 
 
 def choose_to_store(records: Sequence[dict], mode: str) -> list[dict]:

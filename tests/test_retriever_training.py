@@ -47,6 +47,20 @@ def trained(tiny_dir, train_file, tmp_path_factory):
     return trainer, info, out
 
 
+def test_export_keeps_the_base_models_token_budget_not_the_training_truncation(trained):
+    """Training truncates texts to max_seq_length (32 here) for speed; the export must score at the base model's
+    own budget (the tiny encoder's 64; MiniLM's 256), or long memory steps are cut at inference (issue 21)."""
+    from sentence_transformers import SentenceTransformer
+
+    from routers.retriever import RetrieverRouter
+
+    _, info, out = trained
+    assert info["max_seq_length"] == 32
+    router = RetrieverRouter.from_pretrained(out / "export")
+    assert router.config.max_seq_length == 64 and router.model.max_seq_length == 64
+    assert SentenceTransformer(str(out / "export")).max_seq_length == 64
+
+
 def losses(history):
     return [h["loss"] for h in history if "loss" in h]
 

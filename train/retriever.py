@@ -75,6 +75,9 @@ class RetrieverTrainingConfig(RunArgs, EvalFileArgs, SentenceTransformerTraining
         "help": "candidates are length-sorted and tokenized in chunks of this many (less padding); None = one column"})
     other_positives_in_denominator: bool = False
     max_seq_length: int | None = field(default=128, metadata={"help": "token budget per text (None = model default)"})
+    export_max_seq_length: int | None = field(default=None, metadata={
+        "help": "the export's token budget per text at inference; None = the base model's own (MiniLM: 256). "
+                "Training truncates to max_seq_length for speed; an export that kept it would cut long steps"})
     # Defaults for this trainer (override the TrainingArguments ones).
     output_dir: str = "outputs/retriever_minilm"
     remove_unused_columns: bool = False
@@ -98,6 +101,7 @@ class RetrieverTrainingConfig(RunArgs, EvalFileArgs, SentenceTransformerTraining
             int_option(self.mini_batch_size, "mini_batch_size", allow_none=True),
             int_option(self.candidate_chunk_size, "candidate_chunk_size", allow_none=True, minimum=0),
             int_option(self.max_seq_length, "max_seq_length", allow_none=True),
+            int_option(self.export_max_seq_length, "export_max_seq_length", allow_none=True),
             *eval_option_checks(self),
         ]))
         super().__post_init__()
@@ -234,6 +238,7 @@ def load_model(name_or_path: str, max_seq_length: int | None = None, device: str
     from routers.models import load_encoder
 
     model = load_encoder(name_or_path, device=device)
+    model.memroute_base_max_seq_length = model.max_seq_length  # the export restores it (export_max_seq_length)
     if max_seq_length:
         model.max_seq_length = max_seq_length
     return model
@@ -276,11 +281,13 @@ def make_loss(model, cfg: RetrieverTrainingConfig) -> MultiPositiveInfoNCELoss:
 
 
 def export_retriever(model, cfg_or_base, export_dir: str, training_info: dict | None = None,
-                     temperature: float | None = None):
+                     temperature: float | None = None, max_seq_length: int | None = None):
     """Write a RetrieverRouter directory (sentence-transformers folder + router_config + calibration + card),
-    atomically."""
+    atomically, with ``max_seq_length`` (if given) as the inference token budget."""
     from routers.retriever import RetrieverConfig, RetrieverRouter
 
+    if max_seq_length:
+        model.max_seq_length = max_seq_length
     base = getattr(cfg_or_base, "model_name_or_path", cfg_or_base)
     temp = temperature if temperature is not None else getattr(cfg_or_base, "temperature", 0.05)
     router = RetrieverRouter(model, RetrieverConfig(base_model=base, temperature=temp,
@@ -323,6 +330,7 @@ def main(argv=None):
         held_out["dev_queries"], held_out["dev_corpus"] = len(evaluator.queries), len(evaluator.corpus)
         select_best_by_primary_metric(cfg)
     model = load_model(cfg.model_name_or_path, cfg.max_seq_length)
+    inference_budget = cfg.export_max_seq_length or model.memroute_base_max_seq_length
     trainer = RetrieverTrainer(model=model, args=cfg, train_dataset=dataset, loss=make_loss(model, cfg),
                                evaluator=evaluator)
     check_world_size(trainer.args)
@@ -351,7 +359,8 @@ def main(argv=None):
     if trainer.is_world_process_zero():
         atomic_write_json(Path(cfg.output_dir) / "train_summary.json", {**info, "log_history": trainer.state.log_history})
         if cfg.export_dir:
-            export_retriever(trainer.accelerator.unwrap_model(trainer.model), cfg, cfg.export_dir, info)
+            export_retriever(trainer.accelerator.unwrap_model(trainer.model), cfg, cfg.export_dir, info,
+                             max_seq_length=inference_budget)
             log.info("exported retriever to %s", cfg.export_dir)
     return trainer, info
 

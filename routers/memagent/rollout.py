@@ -34,6 +34,10 @@ EXPLORATION_FIELDS = ("id", "task_id", "begin_provider", "in_policy", "success",
 # what a (task, option, policy) outcome needs: evaluation reads records without id / trajectory too
 OUTCOME_FIELDS = tuple(f for f in EXPLORATION_FIELDS if f not in ("id", "trajectory"))
 ENVS = ("textworld", "textworld_worlds")
+# the options that define a textworld_worlds suite (part of a forced-exploration run's resume fingerprint)
+WORLD_OPTIONS = ("env", "worlds_seen", "worlds_unseen", "world_rooms", "world_sites", "world_site_objects", "world_moved",
+                 "world_min_site_depth", "budget_factor", "budget_slack", "train_budget_factor", "world_actions",
+                 "worlds_manifest")
 
 
 @dataclass

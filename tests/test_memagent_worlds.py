@@ -1,0 +1,315 @@
+"""The persistent-world task families (routers.memagent.worlds*): determinism, budgets, splits, the changed-world
+family, the manifest's validation, failed compiles recorded as failed rollouts, the env wiring and the probe.
+
+Most tests never compile (a fake ``compile_fn`` writes a placeholder file); ``test_real_games_*`` compile a
+tiny suite with TextWorld (~2 s a game) and play it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from routers.memagent.agent import RandomCommandAgent, WalkthroughAgent, run_episode
+from routers.memagent.protocol import Trajectory, TrajectoryStep, Task
+from routers.memagent.rollout import (RolloutConfig, RolloutContext, RolloutJob, build_env, exploration_record,
+                                      world_config)
+from routers.memagent.worlds import (CUPBOARD, TARGET, UNSEEN_SEED_OFFSET, WorldConfig, build_suite, make_world,
+                                     step_budget, task_placement, walkthrough)
+from routers.memagent.worlds_env import WorldManifestError, WorldSuite, load_manifest
+from routers.memagent.worlds_probe import memory_text, select_tasks, summarize
+
+TINY = dict(n_seen=2, n_unseen=1, n_rooms=6, n_sites=2, site_objects=2, n_moved=1)
+
+
+def fake_compile(world, task, path):
+    with open(path, "w") as f:
+        f.write(task.task_id)
+    return {}
+
+
+def suite(tmp_path, compile_fn=fake_compile, **kw):
+    return WorldSuite(tmp_path / "games", WorldConfig(**{**TINY, **kw}), compile_fn=compile_fn)
+
+
+# -- worlds: determinism, shared maps, budgets -------------------------------------------------------------------
+def test_same_seed_same_world_and_different_seeds_differ():
+    cfg = WorldConfig(**TINY)
+    assert make_world(cfg, 3).to_dict() == make_world(cfg, 3).to_dict()
+    assert make_world(cfg, 3).to_dict() != make_world(cfg, 4).to_dict()
+    a, b = build_suite(cfg), build_suite(cfg)
+    assert [w.to_dict() for w in a[0]] == [w.to_dict() for w in b[0]]
+    assert [t.to_dict() for t in a[1]] == [t.to_dict() for t in b[1]]
+
+
+def test_tasks_of_a_world_share_its_map_and_sites():
+    cfg = WorldConfig(**TINY)
+    worlds, tasks = build_suite(cfg)
+    byid = {w.world_id: w for w in worlds}
+    for t in tasks:
+        w = byid[t.world_id]
+        assert t.walkthrough == walkthrough(w, t.object, t.holder)
+        assert t.walkthrough[-1] == f"put {t.object} on {TARGET}" and t.optimal_steps == len(t.walkthrough)
+        if t.family == "fetch":
+            assert w.objects[t.object] == t.holder and w.depth(t.room) >= cfg.min_site_depth
+    # new goals in a seen world: same route as the sibling, only the object differs
+    by = {t.task_id: t for t in tasks}
+    for t in tasks:
+        if t.family == "fetch" and t.sibling:
+            sib = by[t.sibling]
+            assert [c.replace(t.object, "X") for c in t.walkthrough] == [c.replace(sib.object, "X") for c in sib.walkthrough]
+
+
+def test_step_budget_formula():
+    assert step_budget(6) == 8
+    assert step_budget(6, 1.0, 0) == 6
+    assert step_budget(7, 1.5, 1) == math.ceil(10.5) + 1
+    assert step_budget(10, 1.1, 2) == 13        # 11.000000000000002 is not 12
+    with pytest.raises(ValueError):
+        step_budget(-1)
+    cfg = WorldConfig(**TINY, budget_slack=3, train_budget_factor=2.0)
+    for t in build_suite(cfg)[1]:
+        factor = 2.0 if t.split == "train" else 1.0
+        assert t.budget == step_budget(t.optimal_steps, factor, 3)
+
+
+@pytest.mark.parametrize("bad, field", [(dict(n_sites=6), "n_sites"), (dict(n_moved=3), "n_moved"),
+                                        (dict(budget_factor=0.5), "budget_factor"), (dict(n_rooms=1), "n_rooms")])
+def test_world_config_errors_name_the_option(bad, field):
+    with pytest.raises(ValueError, match=field):
+        WorldConfig(**{**TINY, **bad})
+    renamed = {"n_sites": "world_sites", "n_moved": "world_moved", "n_rooms": "world_rooms"}.get(field, field)
+    opts = {"world_sites": 2, "world_rooms": 6, "world_moved": 1}
+    opts.update({renamed: list(bad.values())[0]})
+    with pytest.raises(ValueError, match=renamed):
+        RolloutConfig(env="textworld_worlds", **opts)
+
+
+# -- splits and families --------------------------------------------------------------------------------------------
+def test_splits_disjoint_and_unseen_worlds_never_in_train():
+    cfg = WorldConfig(**TINY)
+    worlds, tasks = build_suite(cfg)
+    unseen = {w.world_id for w in worlds if w.seed >= cfg.seed + UNSEEN_SEED_OFFSET}
+    assert len(unseen) == cfg.n_unseen
+    train = [t for t in tasks if t.split == "train"]
+    held = [t for t in tasks if t.split == "heldout"]
+    assert not {t.task_id for t in train} & {t.task_id for t in held}
+    assert len({t.task_id for t in tasks}) == len(tasks)
+    assert not {t.world_id for t in train} & unseen
+    assert {t.world_id for t in held} >= unseen
+    by = {t.task_id: t for t in tasks}
+    for t in held:
+        if t.world_id in unseen:
+            assert t.sibling is None and not t.delivered
+        else:
+            assert by[t.sibling].split == "train" and by[t.sibling].world_id == t.world_id
+            assert by[t.sibling].holder == (t.moved["from"] if t.moved else t.holder)
+    assert len(train) == cfg.n_seen * cfg.n_sites
+    assert len(held) == (cfg.n_seen * (cfg.n_sites * (cfg.site_objects - 1) + cfg.n_moved)
+                         + cfg.n_unseen * cfg.n_sites * cfg.site_objects)
+
+
+def test_changed_world_family_moves_the_object_under_the_same_goal():
+    cfg = WorldConfig(**TINY)
+    worlds, tasks = build_suite(cfg)
+    byw, by = {w.world_id: w for w in worlds}, {t.task_id: t for t in tasks}
+    moved = [t for t in tasks if t.family == "moved"]
+    assert len(moved) == cfg.n_seen * cfg.n_moved
+    for t in moved:
+        w, stale = byw[t.world_id], by[t.sibling]
+        assert t.goal == stale.goal and t.object == stale.object       # looks the same
+        assert task_placement(w, stale)[t.object] == stale.holder != CUPBOARD
+        assert task_placement(w, t, t.delivered)[t.object] == CUPBOARD  # but the object is elsewhere
+        assert w.holders[CUPBOARD]["room"] == w.hub and t.walkthrough == [f"take {t.object} from {CUPBOARD}",
+                                                                         f"put {t.object} on {TARGET}"]
+        assert stale.walkthrough[0].startswith("go ")                  # the remembered route leads away
+
+
+def test_heldout_games_lack_objects_training_episodes_delivered():
+    worlds, tasks = build_suite(WorldConfig(**TINY))
+    byw = {w.world_id: w for w in worlds}
+    train_objs = {t.object for t in tasks if t.split == "train"}
+    for t in tasks:
+        placed = task_placement(byw[t.world_id], t, t.delivered)
+        if t.split == "train":
+            assert placed == byw[t.world_id].objects
+        elif t.sibling and t.family == "fetch":
+            assert not set(placed) & train_objs and t.object in placed
+
+
+# -- manifest ------------------------------------------------------------------------------------------------------
+def test_manifest_written_reused_and_validated(tmp_path):
+    s = suite(tmp_path)
+    held = s.tasks("heldout")
+    path = s.dir / "manifest.json"
+    data = json.loads(path.read_text())
+    assert data["format"] == "memroute.memagent.worlds" and len(data["tasks"]) == len(held) + len(s.tasks("train"))
+    calls = []
+    again = suite(tmp_path, compile_fn=lambda *a: calls.append(a))
+    assert [t.task_id for t in again.tasks("heldout")] == [t.task_id for t in held] and not calls  # cached
+    loaded = WorldSuite(tmp_path / "x", manifest=path, compile_fn=fake_compile)
+    assert loaded.config == s.config and len(loaded.tasks("train")) == len(s.tasks("train"))
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d["tasks"][1].update(budget=1), "tasks[1].budget"),
+    (lambda d: d["tasks"][0].pop("goal"), "tasks[0].goal"),
+    (lambda d: d["tasks"][2].update(family="teleport"), "tasks[2].family"),
+    (lambda d: d["tasks"][0].update(split="test"), "tasks[0].split"),
+    (lambda d: d["tasks"][3].update(world_id="nowhere"), "tasks[3].world_id"),
+    (lambda d: d["tasks"][0].update(optimal_steps="6"), "tasks[0].optimal_steps"),
+    (lambda d: d["tasks"][4].update(sibling="ghost"), "tasks[4].sibling"),
+    (lambda d: d["worlds"][0]["objects"].update(thing="nowhere"), "worlds[0].objects"),
+    (lambda d: d["config"].update(n_sites=99), "config"),
+    (lambda d: d.update(schema_version=7), "schema_version"),
+])
+def test_manifest_errors_name_file_and_field(tmp_path, edit, field):
+    s = suite(tmp_path)
+    s.tasks("train")
+    path = s.dir / "manifest.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(WorldManifestError) as err:
+        load_manifest(path)
+    assert str(path) in str(err.value) and field in str(err.value)
+    with pytest.raises(WorldManifestError, match="manifest.json"):
+        suite(tmp_path).tasks("train")
+
+
+def test_manifest_bad_json_names_file(tmp_path):
+    p = tmp_path / "manifest.json"
+    p.write_text("{not json")
+    with pytest.raises(WorldManifestError, match=r"manifest\.json: not valid JSON"):
+        load_manifest(p)
+
+
+# -- failures are recorded, never dropped ----------------------------------------------------------------------------
+def test_failed_compile_is_a_failed_rollout_and_is_retried(tmp_path):
+    def flaky(world, task, path):
+        if task.family == "moved":
+            raise RuntimeError("inform7 exploded")
+        return fake_compile(world, task, path)
+
+    s = suite(tmp_path, compile_fn=flaky)
+    held = s.tasks("heldout")
+    broken = [t for t in held if t.meta["compile_error"]]
+    assert broken and all(t.meta["family"] == "moved" for t in broken) and len(held) == len(suite(tmp_path).tasks("heldout"))
+    traj = run_episode(s, WalkthroughAgent(), broken[0], max_steps=5)
+    assert not traj.success and "inform7 exploded" in traj.error
+    ctx = RolloutContext(env=s, tasks=[], agent=WalkthroughAgent(), providers={})
+    rec = exploration_record(RolloutJob(broken[0], None, "never", "", []), ctx)
+    assert rec["success"] is False and "compile" in rec["error"] and rec["steps"] == 0
+    fixed = suite(tmp_path)  # the next run compiles what failed
+    assert not any(t.meta["compile_error"] for t in fixed.tasks("heldout"))
+
+
+# -- wiring ---------------------------------------------------------------------------------------------------------
+def test_build_env_textworld_worlds(tmp_path):
+    cfg = RolloutConfig(env="textworld_worlds", games_dir=str(tmp_path), env_seed=7, worlds_seen=1, worlds_unseen=0,
+                        world_rooms=5, world_sites=2, world_site_objects=2, budget_slack=1)
+    env = build_env(cfg)
+    assert isinstance(env, WorldSuite) and env.config == world_config(cfg) and env.config.seed == 7
+    with pytest.raises(ValueError, match="env must be one of"):
+        RolloutConfig(env="worlds")
+
+
+# -- probe helpers ----------------------------------------------------------------------------------------------------
+def test_probe_summary_and_selection():
+    rows = [{"kind": "fetch", "no_memory": {"success": False, "error": None}, "memory": {"success": True, "error": None}},
+            {"kind": "moved", "no_memory": {"success": True, "error": None}, "memory": {"success": False, "error": None}},
+            {"kind": "unseen", "no_memory": {"success": False, "error": None}, "memory": {"success": False, "error": None}},
+            {"kind": "fetch", "no_memory": {"success": True, "error": None}, "memory": {"success": True, "error": None}}]
+    s = summarize(rows)["all"]
+    assert (s["no_memory"], s["memory"], s["oracle"], s["gap_points"], s["routing_critical"]) == (0.5, 0.5, 0.75, 25.0, 0.5)
+    tasks = [Task(f"t{i}", "g", "heldout", {"family": f, "sibling": sib, "world_id": w}) for i, (f, sib, w) in
+             enumerate([("fetch", "a", "w0"), ("fetch", "a", "w0"), ("moved", "a", "w0"), ("fetch", None, "w9"),
+                        ("fetch", "b", "w1")])]
+    assert [t.task_id for t in select_tasks(tasks)] == ["t0", "t2", "t3", "t4", "t1"]
+    assert [t.task_id for t in select_tasks(tasks, ["moved"], 5)] == ["t2"]
+    traj = Trajectory(Task("s", "Find it."), [TrajectoryStep(0, "You go.", "go east")], success=True)
+    assert memory_text(traj) == "Task: Find it.\nOutcome: success\n> go east"
+    assert "You go." in memory_text(traj, "render")
+
+
+# -- real TextWorld games ---------------------------------------------------------------------------------------------
+def test_real_games_share_the_map_and_are_solvable_within_budget(tmp_path):
+    pytest.importorskip("textworld")
+    from routers.memagent.worlds import compile_task
+
+    cfg = WorldConfig(n_seen=1, n_unseen=0, n_rooms=5, n_sites=1, site_objects=2, n_moved=1)
+    worlds, tasks = build_suite(cfg)
+    w = worlds[0]
+    train, held, moved = tasks
+    facts = [compile_task(w, t, str(tmp_path / f"{t.task_id}.z8"))["facts"] for t in (train, held)]
+    again = compile_task(w, train, str(tmp_path / "again.z8"))["facts"]
+    assert again == facts[0]                                        # same seed -> same game
+    rooms_and_exits = [sorted(f for f in fs if f.split("(")[0] in ("north_of", "south_of", "east_of", "west_of", "at"))
+                       for fs in facts]
+    map_facts = [[f for f in fs if "P" not in f and ": o" not in f] for fs in rooms_and_exits]
+    assert map_facts[0] == map_facts[1]                             # different goals, one map
+    s = WorldSuite(tmp_path / "games", cfg)
+    for task in s.tasks("train") + s.tasks("heldout"):
+        ok = run_episode(s, WalkthroughAgent(), task, max_steps=60)
+        assert ok.success and len(ok.steps) == task.meta["optimal_steps"] <= task.meta["budget"], task.task_id
+        blind = run_episode(s, RandomCommandAgent(0), task, max_steps=60)
+        assert len(blind.steps) <= task.meta["budget"]             # the budget ends the episode
+    m = [t for t in s.tasks("heldout") if t.meta["family"] == "moved"][0]
+    first = s.reset(m)
+    assert f"take {m.meta['object']} from {CUPBOARD}" in first.admissible_commands
+
+
+def test_worlds_recipes_parse():
+    from data_synthesis.memagent import ForcedExplorationConfig, make_parser
+    from routers.config import parse_config
+
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "configs" / "memagent"
+    (cfg,) = parse_config(make_parser(), [ForcedExplorationConfig], [str(root / "synth" / "worlds.yaml")])
+    assert cfg.env == "textworld_worlds" and world_config(cfg).n_seen == 6
+    from eval.memagent import MemAgentEvalConfig, make_parser as eval_parser
+
+    (ecfg,) = parse_config(eval_parser(), [MemAgentEvalConfig], [str(root / "eval" / "worlds.yaml")])
+    assert ecfg.exploration_dir == cfg.output_dir
+
+
+def test_goal_action_space_keeps_moves_and_the_goal_object(tmp_path):
+    pytest.importorskip("textworld")
+    cfg = WorldConfig(n_seen=1, n_unseen=0, n_rooms=4, n_sites=1, site_objects=2, n_moved=0, min_site_depth=1)
+    s = WorldSuite(tmp_path / "games", cfg)
+    task = s.tasks("heldout")[0]
+    obs = s.reset(task)
+    for cmd in task.meta["walkthrough"]:
+        assert all(c.startswith("go ") or task.meta["object"] in c for c in obs.admissible_commands)
+        assert cmd in obs.admissible_commands
+        obs = s.step(cmd)
+    assert obs.won
+    with pytest.raises(ValueError, match="actions"):
+        WorldSuite(tmp_path / "games", cfg, actions="some")
+
+
+def test_memory_copy_agent_replays_the_route_with_this_tasks_object():
+    from routers.memagent.protocol import Observation
+    from routers.memagent.worlds_probe import MemoryCopyAgent
+
+    mem = "Task: In X, find the old key and put it on the table in the den.\nOutcome: success\n> go east\n> take old key from box"
+    task = Task("t", "g", meta={"object": "red cup"})
+    agent = MemoryCopyAgent()
+    assert agent.act(task, [], Observation("", ["go west", "go east"]), mem) == "go east"
+    step = TrajectoryStep(0, "", "go east")
+    assert agent.act(task, [step], Observation("", ["go west", "take red cup from box"]), mem) == "take red cup from box"
+
+
+def test_forced_exploration_fingerprint_covers_the_world_options():
+    """A resume into a worlds exploration with another budget / world setting must be refused: the world options
+    are part of the run's fingerprint (and absent for the cooking suite, so its earlier runs still resume)."""
+    from data_synthesis.memagent import FINGERPRINT_FIELDS, ForcedExplorationConfig, fingerprint
+
+    worlds = fingerprint(ForcedExplorationConfig(env="textworld_worlds"))
+    assert worlds["env"] == "textworld_worlds" and worlds["budget_slack"] == 2
+    assert fingerprint(ForcedExplorationConfig(env="textworld_worlds", budget_slack=5)) != worlds
+    assert fingerprint(ForcedExplorationConfig(env="textworld_worlds", world_rooms=6)) != worlds
+    assert set(fingerprint(ForcedExplorationConfig())) == set(FINGERPRINT_FIELDS)
