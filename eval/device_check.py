@@ -38,10 +38,6 @@ from routers.models import bf16_supported, default_device, minilm_path, resolve_
 
 log = get_logger("eval.device_check")  # the same name under python -m
 
-# The routers and trainers (torch, transformers, peft, sentence-transformers) are imported by the check
-# that uses them, after these defaults are set.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 # A score on the CPU and on a GPU differ by kernel choice (fp32 matmul order, fused attention); this is
 # the largest difference accepted for probabilities and cosine similarities in [0, 1] / [-1, 1].
@@ -370,6 +366,10 @@ def main(argv=None) -> dict:
 
 def cli_main(argv=None) -> int:
     """Exit status 0 when every router passed, 1 otherwise (for scripts and CI on GPU nodes)."""
+    from routers.models import offline_by_default
+
+    offline_by_default()  # an entry point: set here, never on import (the routers load after it)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     return 0 if main(argv)["ok"] else 1
 
 

@@ -365,7 +365,9 @@ def main(argv=None) -> dict:
 
         return leave_out_main(argv, kind="retrieval")
     setup_cli_logging()  # a CLI entry point (memroute eval retrieval, python -m eval.retrieval)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from routers.models import offline_by_default
+
+    offline_by_default()
     (cfg,) = parse_config(make_parser(), [RetrievalEvalConfig], argv)
     report = run(cfg)  # writes resolved_config.yaml once it holds the output lock
     print(metrics_csv(report["systems"], [f"recall@{k}" for k in cfg.ks] + [f"mrr@{CUTOFF}", f"ndcg@{CUTOFF}"]))

@@ -161,7 +161,9 @@ def make_parser():
 
 
 def main(argv=None) -> dict:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from routers.models import offline_by_default
+
+    offline_by_default()
     setup_cli_logging()
     (cfg,) = parse_config(make_parser(), [AutomemTrainConfig], argv)
     return run(cfg)

@@ -166,7 +166,9 @@ def make_parser():
 
 
 def main(argv=None) -> dict:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from routers.models import offline_by_default
+
+    offline_by_default()
     setup_cli_logging()
     (cfg,) = parse_config(make_parser(), [MesaTrainConfig], argv)
     return run(cfg)

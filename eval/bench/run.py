@@ -111,7 +111,9 @@ def run_benchmarks(cfg: BenchConfig) -> dict:
     names the failures.
     """
     _check(cfg)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from routers.models import offline_by_default
+
+    offline_by_default()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     device = cfg.device or default_device()
     out = Path(cfg.output_dir)

@@ -68,7 +68,9 @@ def make_parser():
 
 def main(argv=None) -> dict:
     setup_cli_logging()  # a CLI entry point (memroute eval progressive, python -m eval.progressive)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from routers.models import offline_by_default
+
+    offline_by_default()
     (cfg,) = parse_config(make_parser(), [ProgressiveEvalConfig], argv)
     metrics = run(cfg)  # writes resolved_config.yaml once it holds the output lock
     print(format_table(metrics["rows"]))

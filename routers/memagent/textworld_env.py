@@ -118,7 +118,29 @@ class GameSpec:
     settings: dict
 
 
-class TextWorldSuite:
+class GameSession:
+    """One running TextWorld game behind ``step`` / ``close`` (a suite sets ``_env`` in ``reset`` and provides
+    ``_observation``); shared by the cooking suite and the persistent-world suite."""
+
+    _env = None
+    steps_taken = 0
+
+    def step(self, command: str) -> Observation:
+        if self._env is None:
+            raise RuntimeError("step() before reset()")
+        state, _, done = self._env.step(command)
+        self.steps_taken += 1
+        return self._observation(state, done)
+
+    def close(self) -> None:
+        if self._env is not None:
+            try:
+                self._env.close()
+            finally:
+                self._env = None
+
+
+class TextWorldSuite(GameSession):
     """N cooking games per split, generated once per (seed, settings) and cached; one live game at a time.
 
     Not thread-safe (one interpreter per instance); a process pool builds one suite per worker.
@@ -245,16 +267,3 @@ class TextWorldSuite:
         self.steps_taken = 0
         return self._observation(self._env.reset())
 
-    def step(self, command: str) -> Observation:
-        if self._env is None:
-            raise RuntimeError("step() before reset()")
-        state, _, done = self._env.step(command)
-        self.steps_taken += 1
-        return self._observation(state, done)
-
-    def close(self) -> None:
-        if self._env is not None:
-            try:
-                self._env.close()
-            finally:
-                self._env = None

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from routers.logs import get_logger
 from routers.memagent.protocol import Observation, Task
+from routers.memagent.textworld_env import GameSession
 from routers.memagent.worlds import (FAMILIES, GENERATOR_VERSION, SPLITS, TARGET, TaskSpec, WorldConfig,
                                      WorldSpec, build_suite, compile_task)
 
@@ -151,7 +152,7 @@ def _task_spec(d: dict) -> TaskSpec:
 
 
 # -- the environment ----------------------------------------------------------------------------------------
-class WorldSuite:
+class WorldSuite(GameSession):
     """Task families over persistent worlds; one live game at a time (not thread-safe, like TextWorldSuite)."""
 
     def __init__(self, cache_dir="outputs/textworld_games", config: WorldConfig | None = None,
@@ -278,16 +279,3 @@ class WorldSuite:
         self.steps_taken = 0
         return self._observation(self._env.reset())
 
-    def step(self, command: str) -> Observation:
-        if self._env is None:
-            raise RuntimeError("step() before reset()")
-        state, _, done = self._env.step(command)
-        self.steps_taken += 1
-        return self._observation(state, done)
-
-    def close(self) -> None:
-        if self._env is not None:
-            try:
-                self._env.close()
-            finally:
-                self._env = None
