@@ -247,8 +247,12 @@ def test_own_data_retriever_with_dev_ir_metrics(corpus, tmp_path):
         assert all(0.0 <= h[key] <= 1.0 for h in logs), key
     best = max(logs, key=lambda h: (h["eval_dev_cosine_ndcg@10"], -h["step"]))
     assert held["best_model_checkpoint"] == str(out / f"checkpoint-{best['step']}")
-    # the exported encoder is the best checkpoint: the evaluator gives it the logged best score
-    rescored = ir_evaluator(dev)(SentenceTransformer(str(export), device="cpu"))
+    # the exported encoder is the best checkpoint: at the training truncation (48 tokens) the evaluator gives it the
+    # logged best score; the export itself keeps the base encoder's own budget for inference (issue 21)
+    exported = SentenceTransformer(str(export), device="cpu")
+    assert exported.max_seq_length == SentenceTransformer(build_tiny_encoder(tmp_path / "st2")).max_seq_length != 48
+    exported.max_seq_length = 48
+    rescored = ir_evaluator(dev)(exported)
     assert rescored["dev_cosine_ndcg@10"] == pytest.approx(best["eval_dev_cosine_ndcg@10"], abs=1e-6)
     meta = card_front_matter((export / "README.md").read_text(encoding="utf-8"))
     assert meta["license"] == "other" and "datasets" not in meta  # trained on the user's data, not LoCoMo
