@@ -313,3 +313,14 @@ def test_forced_exploration_fingerprint_covers_the_world_options():
     assert fingerprint(ForcedExplorationConfig(env="textworld_worlds", budget_slack=5)) != worlds
     assert fingerprint(ForcedExplorationConfig(env="textworld_worlds", world_rooms=6)) != worlds
     assert set(fingerprint(ForcedExplorationConfig())) == set(FINGERPRINT_FIELDS)
+
+
+def test_probe_refuses_unknown_families():
+    """`--families '[fetch]'` (YAML-list syntax on a shell) used to select no task at all, silently."""
+    import pytest
+
+    from routers.memagent.worlds_probe import WorldsProbeConfig as ProbeConfig
+
+    with pytest.raises(ValueError, match=r"families: unknown \['\[fetch\]'\]"):
+        ProbeConfig(env="textworld_worlds", families=["[fetch]"])
+    assert ProbeConfig(env="textworld_worlds", families=["fetch", "moved"]).families == ["fetch", "moved"]

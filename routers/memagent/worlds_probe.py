@@ -53,6 +53,9 @@ class WorldsProbeConfig(RolloutConfig):
             self.agent = "copy"
         if self.env != "textworld_worlds":
             raise ValueError("the probe runs on env textworld_worlds")
+        bad = sorted(set(self.families or ()) - {"fetch", "moved", "unseen"})
+        if bad:  # e.g. "[fetch]" from a shell: would otherwise select no task at all, silently
+            raise ValueError(f"families: unknown {bad}; choose from fetch, moved, unseen (space-separated)")
         if self.memory_style not in ("actions", "render"):
             raise ValueError(f"memory_style must be actions or render, got {self.memory_style!r}")
         if self.sibling_source not in ("walkthrough", "agent"):
