@@ -163,18 +163,13 @@ def load_corpora(cfg: RetrieverSynthConfig, load_stats: dict[str, LoadStats]) ->
         tr, ev = _split_by_fraction(eps, cfg.hotpotqa_eval_fraction, cfg.split_seed)
         train += tr
         held += ev
-    if "textworld" in cfg.corpora:
-        eps = nonempty(load_textworld(cfg.textworld_path, stats=load_stats.setdefault("textworld", LoadStats())),
-                       "textworld", cfg.textworld_path)
-        tr, ev = _split_by_fraction(eps, cfg.textworld_eval_fraction, cfg.split_seed)
-        train += tr
-        held += ev
-    if "taubench" in cfg.corpora:
-        eps = nonempty(load_taubench(cfg.taubench_path, stats=load_stats.setdefault("taubench", LoadStats())),
-                       "taubench", cfg.taubench_path)
-        tr, ev = _split_by_fraction(eps, cfg.taubench_eval_fraction, cfg.split_seed)
-        train += tr
-        held += ev
+    for name, load in (("textworld", load_textworld), ("taubench", load_taubench)):  # split by a fraction
+        if name in cfg.corpora:
+            path = getattr(cfg, f"{name}_path")
+            eps = nonempty(load(path, stats=load_stats.setdefault(name, LoadStats())), name, path)
+            tr, ev = _split_by_fraction(eps, getattr(cfg, f"{name}_eval_fraction"), cfg.split_seed)
+            train += tr
+            held += ev
     if "episodes" in cfg.corpora:
         eps = nonempty(load_episodes(cfg.episodes_path, stats=load_stats.setdefault("episodes", LoadStats())),
                        "episodes", cfg.episodes_path)
