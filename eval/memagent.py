@@ -37,6 +37,7 @@ from eval.memagent_metrics import (EXPLORATION_FIELDS, baseline_rows, begin_accu
                                    coverage_distribution, evaluate, load_all_outcomes, load_outcomes, offline_begin,
                                    option_label, oracle_any, oracle_option, overhead, routed_metrics, row_metrics)
 from routers.base import library_versions
+from eval.memagent_by_type import by_task_type, task_type, write_type_report
 from routers.memagent.providers import ProviderProbe
 from routers.memagent.rollout import RolloutContext, build_context, rollout
 from routers.memagent.router import MemAgentRouter
@@ -221,6 +222,15 @@ def _select(cfg: MemAgentEvalConfig, records_file: Path) -> tuple[dict, list[str
     return tables, pool, options, order
 
 
+def _heldout_tasks(cfg: MemAgentEvalConfig) -> list:
+    """The held-out tasks of a worlds exploration (their meta gives the task types; the suite's manifest is cached,
+    so nothing compiles); other environments report one type, ``all``, without a router run."""
+    from routers.memagent.rollout import build_env
+
+    ecfg = exploration_config(cfg.exploration_dir)
+    return build_env(ecfg).tasks("heldout") if ecfg.env == "textworld_worlds" else []
+
+
 def _routed_runs(cfg: MemAgentEvalConfig, pool: Sequence[str], order: Sequence[str], out_dir: Path):
     """The trained router, the rebuilt rollout context and the routed rollouts of ``order``."""
     router = MemAgentRouter.from_pretrained(cfg.router, device=cfg.device)
@@ -264,6 +274,9 @@ def _main(cfg: MemAgentEvalConfig, records_file: Path) -> dict:
     metrics["baselines_by_in_policy"] = {pol: baseline_rows(tab, options, complete_tasks(tab, options))
                                          for pol, tab in tables.items() if complete_tasks(tab, options)}
     metrics["oracle_any_in_policy"] = oracle_any(tables, options, order)
+    types = {t.task_id: task_type(t) for t in (ctx.tasks if runs is not None else _heldout_tasks(cfg))}
+    offline = {k: v["per_task"] for k, v in metrics.get("begin_offline", {}).items() if isinstance(v, dict)}
+    metrics["by_task_type"] = by_task_type(tables[cfg.baseline_in_policy], options, order, types, runs, offline)
     metrics["baseline_in_policy"] = cfg.baseline_in_policy
     metrics["config"] = {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}
     metrics["library_versions"] = library_versions()
@@ -271,7 +284,7 @@ def _main(cfg: MemAgentEvalConfig, records_file: Path) -> dict:
                         f"during evaluation, End not exercised). Baseline rows: exploration records with "
                         f"in_policy={cfg.baseline_in_policy!r}; random = exact expectation of a uniform Begin choice. "
                         "Routed row: live rollouts, the router decides Begin and every In step.")
-    metrics["plots"] = write_plots(metrics, out_dir)
+    metrics["plots"] = write_plots(metrics, out_dir) + write_type_report(metrics, out_dir)
     atomic_write_json(out_dir / "metrics.json", metrics)
     _print_summary(metrics)
     return metrics
@@ -287,6 +300,10 @@ def _print_summary(m: dict) -> None:
             lines.append(f"  routed        {pct(m['routed']['success_rate'])}  steps {m['routed']['avg_steps']}")
     for name, row in m["baselines"].items():
         lines.append(f"  {name:<13} {pct(row['success_rate'])}  steps {row['avg_steps']}")
+    for kind, block in (m.get("by_task_type") or {}).items():
+        rows = {**block["baselines"], **({"routed": block["routed"]} if "routed" in block else {})}
+        lines.append(f"  [{kind}, {block['n']} tasks] " + ", ".join(f"{k} {pct(r['success_rate'])}"
+                                                                   for k, r in rows.items()))
     print("\n".join(lines))  # the result table the command was run for (stdout, as the other evaluations)
 
 

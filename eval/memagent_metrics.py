@@ -221,6 +221,7 @@ def offline_begin(router, task_records: Mapping[str, Mapping], providers: Mappin
     acc = begin_accuracy(choices, table, options)
     return {"tasks": len(choices), "implied_success_rate": _mean([float(table[t][c]["success"]) for t, c in choices.items()]),
             "choices": dict(Counter(option_label(c) for c in choices.values())),
+            "per_task": {t: option_label(c) for t, c in choices.items()},
             **{k: v for k, v in acc.items() if k != "confusion"}, "confusion": acc["confusion"]}
 
 

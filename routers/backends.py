@@ -58,7 +58,10 @@ class TransformersBackend:
     """Local causal LM, batched greedy generation with left padding. Loads lazily."""
 
     def __init__(self, model: str = DEFAULT_CAUSAL_LM, batch_size: int = 8, device: str | None = None,
-                 max_input_tokens: int = 2048):
+                 max_input_tokens: int = 2048, dtype: str = "float32"):
+        if dtype not in ("float32", "bfloat16", "float16", "auto"):
+            raise ValueError(f"dtype must be float32, bfloat16, float16 or auto, got {dtype!r}")
+        self.dtype = dtype  # auto = bfloat16 where supported (CPU: 2-3x faster generation with avx512_bf16)
         self.model_name = model
         self.name = f"transformers:{model}"
         self.batch_size = batch_size
@@ -69,7 +72,12 @@ class TransformersBackend:
 
     def _load(self):
         if self._model is None:
-            self._model, self._tokenizer = models.load_causal_lm(self.model_name,
+            import torch
+
+            dtype = self.dtype
+            if dtype == "auto":
+                dtype = "bfloat16" if models.bf16_supported() else "float32"
+            self._model, self._tokenizer = models.load_causal_lm(self.model_name, dtype=getattr(torch, dtype),
                                                                 device=self.device or models.default_device())
             self._model.eval()
         return self._model, self._tokenizer

@@ -111,15 +111,20 @@ def test_splits_disjoint_and_unseen_worlds_never_in_train():
                          + cfg.n_unseen * cfg.n_sites * cfg.site_objects)
 
 
-def test_changed_world_family_moves_the_object_under_the_same_goal():
-    cfg = WorldConfig(**TINY)
+@pytest.mark.parametrize("names_holder", [False, True])
+def test_changed_world_family_moves_the_object_under_the_same_goal(names_holder):
+    cfg = WorldConfig(**TINY, goal_names_holder=names_holder)
     worlds, tasks = build_suite(cfg)
     byw, by = {w.world_id: w for w in worlds}, {t.task_id: t for t in tasks}
     moved = [t for t in tasks if t.family == "moved"]
     assert len(moved) == cfg.n_seen * cfg.n_moved
     for t in moved:
         w, stale = byw[t.world_id], by[t.sibling]
-        assert t.goal == stale.goal and t.object == stale.object       # looks the same
+        assert t.object == stale.object                                # looks the same ...
+        if names_holder:  # ... except that the goal names the new container
+            assert t.goal == stale.goal.replace(f" in the {stale.holder} ", f" in the {CUPBOARD} ") != stale.goal
+        else:
+            assert t.goal == stale.goal
         assert task_placement(w, stale)[t.object] == stale.holder != CUPBOARD
         assert task_placement(w, t, t.delivered)[t.object] == CUPBOARD  # but the object is elsewhere
         assert w.holders[CUPBOARD]["room"] == w.hub and t.walkthrough == [f"take {t.object} from {CUPBOARD}",
@@ -131,12 +136,35 @@ def test_heldout_games_lack_objects_training_episodes_delivered():
     worlds, tasks = build_suite(WorldConfig(**TINY))
     byw = {w.world_id: w for w in worlds}
     train_objs = {t.object for t in tasks if t.split == "train"}
+    earlier: dict[str, set] = {}
     for t in tasks:
         placed = task_placement(byw[t.world_id], t, t.delivered)
-        if t.split == "train":
-            assert placed == byw[t.world_id].objects
+        if t.split == "train":  # a later training episode no longer finds what earlier ones took away
+            gone = earlier.setdefault(t.world_id, set())
+            assert set(byw[t.world_id].objects) - set(placed) == gone and t.object in placed
+            gone.add(t.object)
         elif t.sibling and t.family == "fetch":
             assert not set(placed) & train_objs and t.object in placed
+
+
+def test_train_repeats_are_tight_budget_training_visits_with_a_sibling():
+    cfg = WorldConfig(**{**TINY, "site_objects": 3, "train_repeats": 1})
+    _, tasks = build_suite(cfg)
+    _, plain = build_suite(WorldConfig(**{**TINY, "site_objects": 3}))
+    train = [t for t in tasks if t.split == "train"]
+    repeats = [t for t in train if t.sibling]
+    first = {t.task_id: t for t in train if not t.sibling}
+    assert len(repeats) == len(first) == len([t for t in plain if t.split == "train"])
+    for t in repeats:  # same site as its first visit, played after it, with the held-out budget
+        sib = first[t.sibling]
+        assert t.holder == sib.holder and sib.object in t.delivered
+        assert t.budget == step_budget(t.optimal_steps, cfg.budget_factor, cfg.budget_slack) < sib.budget
+    held = [t for t in tasks if t.split == "heldout"]
+    assert len(held) == len([t for t in plain if t.split == "heldout"]) - len(repeats)
+    assert all(r.object in h.delivered for h in held if h.family == "fetch" and h.sibling for r in repeats
+               if r.world_id == h.world_id)
+    with pytest.raises(ValueError, match="train_repeats"):
+        WorldConfig(**{**TINY, "site_objects": 2, "train_repeats": 2})
 
 
 # -- manifest ------------------------------------------------------------------------------------------------------

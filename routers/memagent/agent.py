@@ -97,7 +97,8 @@ class LMCommandAgent(_PromptMixin):
 
     def __init__(self, model, tokenizer, history_steps: int = 3, max_observation_chars: int = 600,
                  max_memory_chars: int = 1500, length_norm: str = "mean", repeat_penalty: float = 1.0,
-                 repeat_window: int = 6, batch_size: int = 16, system_prompt: str = SYSTEM_PROMPT):
+                 repeat_window: int = 6, batch_size: int = 16, system_prompt: str = SYSTEM_PROMPT,
+                 memory_prior: float = 0.0):
         if length_norm not in ("mean", "sum"):
             raise ValueError(f"length_norm must be 'mean' or 'sum', got {length_norm!r}")
         self.model, self.tokenizer = model.eval(), tokenizer
@@ -105,6 +106,7 @@ class LMCommandAgent(_PromptMixin):
         self.max_memory_chars = max_memory_chars
         self.length_norm, self.repeat_penalty, self.repeat_window = length_norm, repeat_penalty, repeat_window
         self.batch_size, self.system_prompt = batch_size, system_prompt
+        self.memory_prior = float(memory_prior)  # weight of routers.memagent.copy_prior (0 = off)
         self.name = f"lm:{getattr(model.config, '_name_or_path', '') or type(model).__name__}"
         self._terminator = None
         self._cache_kw = kv_cache_kwarg(model)
@@ -249,8 +251,14 @@ class LMCommandAgent(_PromptMixin):
         scores = self.score_commands(messages, commands, static)
         recent = [s.action for s in list(history)[-self.repeat_window:]] if self.repeat_window > 0 else []
         adjusted = [s - self.repeat_penalty * recent.count(c) for s, c in zip(scores, commands)]
+        prior = [0.0] * len(commands)
+        if self.memory_prior:
+            from routers.memagent.copy_prior import route_prior
+
+            prior = route_prior(split_memory(memory)[0], [s.action for s in history], commands)
+            adjusted = [a + self.memory_prior * p for a, p in zip(adjusted, prior)]
         best = max(range(len(commands)), key=lambda i: (adjusted[i], -i))
-        self.last_info.update(score=round(scores[best], 4), n_commands=len(commands))
+        self.last_info.update(score=round(scores[best], 4), n_commands=len(commands), prior=round(prior[best], 3))
         return commands[best]
 
 

@@ -37,7 +37,7 @@ ENVS = ("textworld", "textworld_worlds")
 # the options that define a textworld_worlds suite (part of a forced-exploration run's resume fingerprint)
 WORLD_OPTIONS = ("env", "worlds_seen", "worlds_unseen", "world_rooms", "world_sites", "world_site_objects", "world_moved",
                  "world_min_site_depth", "budget_factor", "budget_slack", "train_budget_factor", "world_actions",
-                 "worlds_manifest")
+                 "worlds_manifest", "world_train_repeats", "world_goal_names_holder")
 
 
 @dataclass
@@ -65,6 +65,10 @@ class RolloutConfig:
     world_rooms: int = 8
     world_sites: int = field(default=3, metadata={"help": "containers holding task objects, one room each"})
     world_site_objects: int = field(default=3, metadata={"help": "objects per site: 1 training + the rest held out"})
+    world_goal_names_holder: bool = field(default=True, metadata={
+        "help": "goals name the container ('find the X in the chest'): memory is findable from the goal"})
+    world_train_repeats: int = field(default=1, metadata={
+        "help": "per seen site, objects that are training repeat visits (memory decides them) instead of held out"})
     world_moved: int = field(default=1, metadata={"help": "changed-world (moved object) tasks per seen world"})
     world_min_site_depth: int = 2
     budget_factor: float = field(default=1.0, metadata={"help": "step budget = ceil(factor * optimal) + slack"})
@@ -85,12 +89,15 @@ class RolloutConfig:
     history_steps: int = 3
     repeat_penalty: float = 1.0
     length_norm: str = "mean"
+    memory_prior: float = field(default=0.0, metadata={"help": "lm agent: bonus weight for the next command of a "
+                                                               "remembered route (routers.memagent.copy_prior); 0 = off"})
     torch_threads: int = field(default=1, metadata={"help": "torch threads per worker"})
     # memory
     encoder: str = "sentence-transformers/all-MiniLM-L6-v2"
     provider_llm: str = field(default="HuggingFaceTB/SmolLM2-135M-Instruct",
                               metadata={"help": "LLM backend the providers write memories with"})
     provider_max_new_tokens: int | None = field(default=None, metadata={"help": "cap on provider LLM generations"})
+    provider_dtype: str = field(default="float32", metadata={"help": "local provider LLM: float32 | bfloat16 | auto"})
     stm_max_words: int = 160
     seed: int = 0
 
@@ -105,7 +112,7 @@ class RolloutConfig:
             raise ValueError(f"world_actions must be goal, verbs or all, got {self.world_actions!r}")
         if self.agent not in ("lm", "walkthrough", "random"):
             raise ValueError(f"agent must be lm, walkthrough or random, got {self.agent!r}")
-        check_non_negative(self, "n_train", "n_heldout", "history_steps", "repeat_penalty")
+        check_non_negative(self, "n_train", "n_heldout", "history_steps", "repeat_penalty", "memory_prior")
         check_positive(self, "max_steps", "torch_threads", "stm_max_words", "provider_max_new_tokens")
         if self.length_norm not in ("mean", "sum"):
             raise ValueError(f"length_norm must be 'mean' or 'sum', got {self.length_norm!r}")
@@ -127,7 +134,9 @@ def world_config(cfg: RolloutConfig):
     from routers.memagent.worlds import WorldConfig
 
     names = {"seed": "env_seed", "n_seen": "worlds_seen", "n_unseen": "worlds_unseen", "n_rooms": "world_rooms",
-             "n_sites": "world_sites", "site_objects": "world_site_objects", "n_moved": "world_moved",
+             "n_sites": "world_sites", "site_objects": "world_site_objects", "train_repeats": "world_train_repeats",
+             "goal_names_holder": "world_goal_names_holder",
+             "n_moved": "world_moved",
              "min_site_depth": "world_min_site_depth", "budget_factor": "budget_factor", "budget_slack": "budget_slack",
              "train_budget_factor": "train_budget_factor"}
     try:
@@ -163,7 +172,7 @@ def build_agent(cfg: RolloutConfig):
         return HTTPCommandAgent(make_backend(cfg.agent_model), history_steps=cfg.history_steps)
     return LMCommandAgent.from_pretrained(cfg.agent_model, dtype=cfg.agent_dtype, device=cfg.device,
                                           history_steps=cfg.history_steps, repeat_penalty=cfg.repeat_penalty,
-                                          length_norm=cfg.length_norm)
+                                          length_norm=cfg.length_norm, memory_prior=cfg.memory_prior)
 
 
 def count_words(text: str) -> int:
@@ -185,7 +194,8 @@ def build_providers_from(cfg: RolloutConfig) -> dict:
 
     names = list(cfg.providers) if cfg.providers is not None else list(PROVIDER_NAMES)
     kw = {} if cfg.provider_max_new_tokens is None else {"max_new_tokens": cfg.provider_max_new_tokens}
-    return build_providers(names, encoder=cfg.encoder, llm=make_backend(cfg.provider_llm), **kw)
+    local = {"dtype": cfg.provider_dtype} if cfg.provider_llm and not cfg.provider_llm.startswith("openai:") else {}
+    return build_providers(names, encoder=cfg.encoder, llm=make_backend(cfg.provider_llm, **local), **kw)
 
 
 def short_term_factory(cfg: RolloutConfig) -> Callable:

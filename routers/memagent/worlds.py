@@ -7,13 +7,14 @@ every task delivers) and an empty ``cupboard``. Every task of a world is played 
 compiled game per task; only the goal differs), so what an earlier episode learned (the route to a room,
 which container holds which object, the command sequence that worked) is exactly what a later task needs.
 
-Task families (goal: ``"In <world>, find the <object> and put it on the table in the <hub>."``):
+Task families (goal: ``"In <world>, find the <object> in the <container> and put it on the table in the <hub>."``;
+the container is named, so a memory of that container's episode is findable from the goal, but not where it is):
 
 * ``fetch``: bring an object from its site to the hub table. In a *seen* world one object per site is a
   training task; the site's other objects are held-out tasks with that training task as ``sibling`` (new goal,
   same route, same container). Objects of *unseen* worlds are held-out tasks without a sibling.
-* ``moved`` (changed world, adversarial memory): the goal of a training task, word for word, in a variant of
-  its world where that object now lies in the hub's cupboard. Memory of the training episode (its ``sibling``)
+* ``moved`` (changed world, adversarial memory): the object of a training task, in a variant of its world
+  where that object now lies in the hub's cupboard (the goal names the cupboard). Memory of the training episode (its ``sibling``)
   sends the agent down the old, now useless route; without memory the object is in sight.
 
 Held-out games of a seen world are played after its training episodes: the objects those delivered are
@@ -37,7 +38,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-GENERATOR_VERSION = 2   # bump when generation changes what a config produces (it is part of the cache key)
+GENERATOR_VERSION = 3   # bump when generation changes what a config produces (it is part of the cache key)
 FAMILIES = ("fetch", "moved")
 SPLITS = ("train", "heldout")
 UNSEEN_SEED_OFFSET = 100_000
@@ -67,6 +68,8 @@ class WorldConfig:
     n_rooms: int = 8              # including the hub
     n_sites: int = 3              # containers holding task objects, one per room
     site_objects: int = 3         # objects per site: 1 training task + (site_objects - 1) held-out per seen site
+    goal_names_holder: bool = True   # "find the X in the chest": memory of the chest's episode is findable
+    train_repeats: int = 0        # of those held-out objects, how many per site are training *repeat* visits instead
     n_moved: int = 1              # changed-world tasks per seen world (first sites)
     min_site_depth: int = 2       # moves from the hub to a site's room
     budget_factor: float = 1.0
@@ -83,6 +86,9 @@ class WorldConfig:
             raise ValueError(f"n_sites must be in [1, n_rooms - 1], got {self.n_sites} (n_rooms={self.n_rooms})")
         if self.site_objects < 1 or self.n_sites * self.site_objects + self.n_rooms > len(NOUNS):
             raise ValueError(f"site_objects must be >= 1 and n_sites * site_objects + n_rooms <= {len(NOUNS)}")
+        if not 0 <= self.train_repeats < self.site_objects:
+            raise ValueError(f"train_repeats must be in [0, site_objects - 1], got {self.train_repeats} "
+                             f"(site_objects={self.site_objects})")
         if self.n_moved > self.n_sites:
             raise ValueError(f"n_moved ({self.n_moved}) cannot exceed n_sites ({self.n_sites})")
         if self.min_site_depth < 1:
@@ -237,8 +243,9 @@ def _world_name(index: int) -> str:
     return name if index < len(WORLD_NAMES) else f"{name} {index // len(WORLD_NAMES) + 1}"
 
 
-def goal_text(world: WorldSpec, obj: str) -> str:
-    return f"In {world.name}, find the {obj} and put it on the {TARGET} in the {world.hub}."
+def goal_text(world: WorldSpec, obj: str, holder: str | None = None) -> str:
+    where = f" in the {holder}" if holder else ""
+    return f"In {world.name}, find the {obj}{where} and put it on the {TARGET} in the {world.hub}."
 
 
 def walkthrough(world: WorldSpec, obj: str, holder: str) -> list[str]:
@@ -253,36 +260,47 @@ def _task(cfg: WorldConfig, world: WorldSpec, family: str, split: str, obj: str,
           sibling: str | None, moved: dict | None = None) -> TaskSpec:
     slug = obj.replace(" ", "_")
     wt = walkthrough(world, obj, holder)
+    first_visit = split == "train" and sibling is None
+    goal = goal_text(world, obj, holder if cfg.goal_names_holder else None)
     return TaskSpec(task_id=f"{world.world_id}-{family}-{slug}", world_id=world.world_id, family=family,
-                    split=split, goal=goal_text(world, obj), object=obj, holder=holder,
+                    split=split, goal=goal, object=obj, holder=holder,
                     room=world.holders[holder]["room"], walkthrough=wt, optimal_steps=len(wt),
-                    budget=step_budget(len(wt), cfg.train_budget_factor if split == "train" else cfg.budget_factor,
+                    budget=step_budget(len(wt), cfg.train_budget_factor if first_visit else cfg.budget_factor,
                                        cfg.budget_slack), sibling=sibling, moved=moved)
 
 
 def world_tasks(cfg: WorldConfig, world: WorldSpec, seen: bool) -> list[TaskSpec]:
-    """A world's tasks in a fixed order (site by site; moved tasks last)."""
+    """A world's tasks in a fixed order (site by site; moved tasks last).
+
+    Per seen site: the first object is a training first visit (roomy budget), the next ``train_repeats`` are
+    training repeat visits (sibling = the first visit, held-out budget: episodes where memory decides the
+    outcome, so the router's training labels can show it), the rest are held out. Objects delivered by
+    earlier training episodes are gone from every later game of the world."""
     out: list[TaskSpec] = []
     first: dict[str, TaskSpec] = {}
     for box in world.sites:
         objs = [o for o, h in world.objects.items() if h == box]
         for i, obj in enumerate(objs):
-            train = seen and i == 0
-            sib = None if (train or not seen) else first[box].task_id
+            train = seen and i <= cfg.train_repeats
+            sib = None if (i == 0 or not seen) else first[box].task_id
             t = _task(cfg, world, "fetch", "train" if train else "heldout", obj, box, sib)
-            if train:
+            if seen and i == 0:
                 first[box] = t
             out.append(t)
-    if seen:  # held-out tasks come after the training episodes: their objects are gone from the world
-        done = [t.object for t in first.values()]
+    if seen:  # later tasks are played after the earlier training episodes: their objects are gone
+        played: list[str] = []
+        for t in out:
+            t.delivered = list(played) if t.split == "train" else []
+            if t.split == "train":
+                played.append(t.object)
         for t in out:
             if t.split == "heldout":
-                t.delivered = list(done)
+                t.delivered = list(played)
         for box in world.sites[:cfg.n_moved]:
             stale = first[box]
             out.append(_task(cfg, world, "moved", "heldout", stale.object, CUPBOARD, stale.task_id,
                              moved={"object": stale.object, "from": box, "to": CUPBOARD}))
-            out[-1].delivered = [o for o in done if o != stale.object]
+            out[-1].delivered = [o for o in played if o != stale.object]
     return out
 
 

@@ -82,7 +82,7 @@ class MemoryCopyAgent:
 
         cmds = list(observation.admissible_commands)
         lines = [ln[2:].strip() for ln in (memory or "").splitlines() if ln.startswith("> ")]
-        m = re.search(r"find the (.+?) and put", memory or "")
+        m = re.search(r"find the (.+?)(?: in the [a-z]+)? and put", memory or "")
         obj = task.meta.get("object", "")
         plan = [ln.replace(m.group(1), obj) if m and obj else ln for ln in lines]
         i = len(history)
