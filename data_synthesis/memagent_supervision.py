@@ -355,6 +355,7 @@ def in_labels(rollouts: Sequence[dict], judgments: Mapping[str, dict], judge_ste
         traj = r["trajectory"]
         query = r["in_policy"] == "inject"
         kind = "query" if query else "noop"
+        prompts = P.in_step_prompts(traj["task"]["goal"], [(x["index"], x["meta"].get("stm")) for x in traj["steps"]])
         for s in pick_steps(traj["steps"], judge_steps):
             rec = judgments.get(f"{kind}|{r['id']}|{s['index']}")
             j = rec.get("score") if rec is not None else None
@@ -364,7 +365,7 @@ def in_labels(rollouts: Sequence[dict], judgments: Mapping[str, dict], judge_ste
                 continue
             out.append({"id": f"{r['id']}|{s['index']}", "phase": "in", "task_id": r["task_id"],
                         "reward": round(reward, 6),
-                        "prompt": P.in_messages(traj["task"]["goal"], s["index"], s["meta"]["stm"]),
+                        "prompt": prompts[s["index"]],
                         "completion": _turn(P.in_completion(query)), "decision": P.in_completion(query),
                         "rollout_id": r["id"], "step": s["index"], "outcome": bool(r["success"]),
                         "judge_score": j, "label_source": source})

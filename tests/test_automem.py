@@ -249,3 +249,19 @@ def test_train_and_eval_jobs_on_the_planted_world(tmp_path, monkeypatch):
     for f in ("results.json", "search_trace.json", "best_so_far.png", "memory_system.json"):
         assert (tmp_path / "eval" / f).stat().st_size > 0
     assert "ledger" in json.loads((tmp_path / "eval" / "search_trace.json").read_text())["0"]["automem"]
+
+
+def test_split_keeps_a_world_together_and_plain_tasks_shuffled():
+    from types import SimpleNamespace
+
+    from train.automem import split_tasks
+
+    tasks = [SimpleNamespace(task_id=f"w{w}-{j}", meta={"world_id": f"w{w}"}) for w in range(4) for j in range(3)]
+    search, val = split_tasks(tasks, 6, 3)
+    worlds = lambda ts: {t.meta["world_id"] for t in ts}  # noqa: E731
+    assert len(search) == 6 and len(val) == 3 and len(worlds(search)) == 2 and len(worlds(val)) == 1
+    assert not worlds(search) & worlds(val)
+    assert search == sorted(search, key=tasks.index)  # play order kept: a first visit precedes its repeat
+    plain = [SimpleNamespace(task_id=str(i), meta={}) for i in range(10)]
+    s2, v2 = split_tasks(plain, 4, 3)
+    assert len(s2) == 4 and len(v2) == 3 and not set(map(id, s2)) & set(map(id, v2))

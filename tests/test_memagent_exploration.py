@@ -456,7 +456,8 @@ def test_in_and_end_labels_by_hand():
     # step 4 has no judgment -> outcome-only 0.0 -> dropped
     assert [(r["id"], r["decision"], r["reward"]) for r in out] == [
         ("t1|none|inject|1", "Query", 0.9), ("t1|none|never|1", "NoOp", 0.7)]
-    assert out[0]["prompt"][-1]["content"].startswith("Short-term memory summary:\n## Collected Data")
+    assert out[0]["prompt"][-1]["content"].startswith("Task: goal of t1\n\nShort-term memory log")
+    assert "Step 1, Collected Data: x" in out[0]["prompt"][-1]["content"]
 
     providers = fake_providers()
     stores = [{"task_id": "t1", "rollout_id": "t1|none|inject", "provider": "alpha", "item_ids": ["a1"]},

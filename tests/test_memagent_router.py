@@ -64,9 +64,9 @@ def test_end_prompt_has_gate_and_caps_steps():
 
 def test_in_prompt():
     user = P.in_messages("Find the key.", 3, "Collected Data:\n- key is in the drawer\n- door locked")[1]["content"]
-    assert user == ("Short-term memory summary:\nCollected Data:\n- key is in the drawer\n- door locked\n\n"
-                    "Task: Find the key.\nStep: 3\n\n" + P.IN_QUESTION)
-    assert "(empty)" in P.in_messages("g", 0, "  ")[1]["content"]
+    assert user == ("Task: Find the key.\n\nShort-term memory log (entries by the step that added them):\n"
+                    "Step 3, Collected Data: key is in the drawer | door locked\n\nStep 3: " + P.IN_QUESTION)
+    assert "(nothing collected yet)" in P.in_messages("g", 0, "  ")[1]["content"]
 
 
 @pytest.mark.parametrize("name", [None, "Voyager", "Agent-KB", "Mobile-E", "AWM"])

@@ -67,11 +67,19 @@ class AutomemTrainConfig(RolloutConfig):
 
 
 def split_tasks(tasks: list, n_search: int, n_val: int, seed: int = 42) -> tuple[list, list]:
-    """Disjoint search / validation batches from a fixed shuffle (original order kept inside each batch)."""
+    """Disjoint search / validation batches from a fixed shuffle (original order kept inside each batch).
+
+    Tasks that share a world (``meta["world_id"]``, the persistent-world suite) are shuffled as whole worlds, so a
+    repeat visit is never separated from the first visit whose memory it needs; batches are filled world by world
+    and cut at ``n_search`` / ``n_val``."""
     if len(tasks) < n_search + n_val:
         raise ValueError(f"{len(tasks)} tasks cannot fill n_search={n_search} + n_val={n_val}")
-    idx = list(range(len(tasks)))
-    random.Random(seed).shuffle(idx)
+    groups: dict = {}
+    for i, t in enumerate(tasks):
+        groups.setdefault((getattr(t, "meta", None) or {}).get("world_id", i), []).append(i)
+    keys = list(groups)
+    random.Random(seed).shuffle(keys)
+    idx = [i for k in keys for i in groups[k]]
     s, v = sorted(idx[:n_search]), sorted(idx[n_search:n_search + n_val])
     return [tasks[i] for i in s], [tasks[i] for i in v]
 

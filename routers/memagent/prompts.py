@@ -6,8 +6,11 @@ conversational prompt-completion format the SFT data and the router's log-probab
 * Begin: the goal, and for every long-term provider its storage + retrieval description and the
   embedding/keyword probe preview (Table 11: "Begin prompts incorporate both storage and retrieval
   descriptions"). Completion: one provider name, or ``None`` for no memory.
-* In: the goal, the step index and the short-term memory summary (Table 10 sections). Completion:
-  ``Query`` (inject the summary) or ``NoOp``.
+* In: the goal, then the task's short-term memory *log* (the summary entries, Table 10 sections, under the
+  step they first appeared: append-only, so the router keeps its KV cache across steps, ``in_cache``), then
+  the step index and a short question (the only text re-run every step). Completion: ``Query`` (inject the
+  summary) or ``NoOp``. :class:`InLog` builds the log; the SFT records (``data_synthesis.memagent_supervision``) and
+  the router feed it the same per-step summaries in step order, so both see the same text.
 * End: the trajectory (compact, step-capped) and every provider's storage description with its outcome
   gate (Table 11). Completion: comma-separated provider names, or ``None``. The router scores End per
   provider (``end_provider_messages``: the same body, a yes/no question about one provider).
@@ -28,16 +31,17 @@ YES, NO = "yes", "no"
 SNIPPET_CHARS = 200          # probe preview snippet shown per provider
 END_MAX_STEPS = 12           # trajectory steps rendered in the End prompt (first half + last half)
 END_OBS_CHARS = 240          # observation characters per rendered step
-SUMMARY_CHARS = 3000         # short-term summary cap in the In prompt
+IN_LOG_CHARS = 3000          # In prompt log cap: past it, the oldest steps are dropped down to 2/3 of it
+IN_ENTRY_CHARS = 200         # characters per logged short-term memory entry
 
 BEGIN_SYSTEM = ("You are the memory agent of a task agent. Before a task starts you choose which long-term "
                 "memory provider to retrieve from; its memory is injected into the task agent's prompt. "
                 "Choose None when no provider's memory would help. Reply with one option name only.")
 BEGIN_QUESTION = "Which memory provider should the task agent retrieve from? Reply with one option name."
 IN_SYSTEM = ("You are the memory agent of a task agent. At each step you decide whether to inject the "
-             "short-term memory summary into the task agent's context (Query) or to skip it (NoOp). "
-             "Reply with Query or NoOp only.")
-IN_QUESTION = "Inject the short-term memory summary at this step? Reply Query or NoOp."
+             "short-term memory summary (the latest entries of the log below) into the task agent's context "
+             "(Query) or to skip it (NoOp). Reply with Query or NoOp only.")
+IN_QUESTION = "Inject the summary now? Query or NoOp."  # short: the In prompt's tail is re-run every step
 END_SYSTEM = ("You are the memory agent of a task agent. After a task ends you choose which long-term "
               "memory providers should store its trajectory for reuse by future tasks. "
               "Reply with the provider names separated by commas, or None.")
@@ -100,18 +104,88 @@ def begin_messages(goal: str, previews, providers: Mapping[str, Any]) -> list[di
     return [{"role": "system", "content": BEGIN_SYSTEM}, {"role": "user", "content": user}]
 
 
+_SECTION_HEAD = re.compile(r"^(?:#+\s*(.+?)\s*:?|([A-Z][A-Za-z ]{0,40}):)$")
+
+
+def summary_entries(state_summary: str) -> list[tuple[str, str]]:
+    """(section, entry) pairs of a short-term summary (``## Section`` / ``Section:`` headers, ``- entry`` bullets;
+    other lines are entries of the current section, '' before any header), in order, without repeats."""
+    out: list[tuple[str, str]] = []
+    section = ""
+    for line in (state_summary or "").splitlines():
+        line = " ".join(line.split())
+        head = _SECTION_HEAD.match(line)
+        if head:
+            section = head.group(1) or head.group(2)
+        elif line.strip("-*• "):
+            entry = (section, _clip(line.lstrip("-*• "), IN_ENTRY_CHARS))
+            if entry not in out:
+                out.append(entry)
+    return out
+
+
+class InLog:
+    """One task's append-only short-term memory log for the In prompt.
+
+    ``messages(goal, step_index, summary)`` records the summary's entries not seen before in this task under
+    ``step_index`` and returns the In prompt. A new goal or a step index before the last one starts a new log
+    (a new task or episode); the same step index again replaces that step's record (asking twice is
+    idempotent). Steps that add nothing add no text, so a caller that skips empty summaries (``run_episode``
+    asks In only when the summary has content) sees the same log as one that feeds every step. Past
+    ``IN_LOG_CHARS`` the oldest steps are dropped (down to 2/3 of it) and an omission line opens the log.
+    """
+
+    def __init__(self):
+        self.goal: str | None = None
+        self.step: int | None = None
+        self.blocks: list[tuple[int, list[str]]] = []
+        self.seen: set[tuple[str, str]] = set()
+        self.omitted = False
+        self._before = None
+
+    def update(self, goal: str, step_index: int, state_summary: str) -> None:
+        step_index = int(step_index)
+        if goal != self.goal or (self.step is not None and step_index < self.step):
+            self.__init__()
+            self.goal = goal
+        elif step_index == self.step and self._before is not None:
+            self.blocks, self.seen, self.omitted = self._before
+        self._before = (list(self.blocks), set(self.seen), self.omitted)
+        self.step = step_index
+        new = [e for e in summary_entries(state_summary) if e not in self.seen]
+        if new:  # one line per section: "Step 4, Collected Data: fact | fact" (few tokens per entry)
+            self.seen.update(new)
+            sections = list(dict.fromkeys(sec for sec, _ in new))
+            self.blocks.append((step_index, [f"Step {step_index}{', ' + sec if sec else ''}: "
+                                             + " | ".join(t for s, t in new if s == sec) for sec in sections]))
+        if len(self.text()) > IN_LOG_CHARS:
+            while len(self.blocks) > 1 and len(self.text()) > IN_LOG_CHARS * 2 // 3:
+                self.blocks.pop(0)
+                self.omitted = True
+
+    def text(self) -> str:
+        if not self.blocks:
+            return "(nothing collected yet)"
+        lines = ["(earlier steps omitted)"] if self.omitted else []
+        return "\n".join(lines + [line for _, block in self.blocks for line in block])
+
+    def messages(self, goal: str, step_index: int, state_summary: str) -> list[dict]:
+        self.update(goal, step_index, state_summary)
+        user = (f"Task: {goal.strip()}\n\nShort-term memory log (entries by the step that added them):\n"
+                f"{self.text()}\n\nStep {int(step_index)}: {IN_QUESTION}")
+        return [{"role": "system", "content": IN_SYSTEM}, {"role": "user", "content": user}]
+
+
 def in_messages(goal: str, step_index: int, state_summary: str) -> list[dict]:
-    """In prompt: the short-term summary (Collected Data / Pages Visited / Recent Searches), then the question."""
-    summary = _clip_block(state_summary, SUMMARY_CHARS) if state_summary and state_summary.strip() else "(empty)"
-    user = (f"Short-term memory summary:\n{summary}\n\nTask: {goal.strip()}\nStep: {int(step_index)}\n\n"
-            f"{IN_QUESTION}")
-    return [{"role": "system", "content": IN_SYSTEM}, {"role": "user", "content": user}]
+    """In prompt of a task's first In step (a fresh :class:`InLog`); later steps need the task's log."""
+    return InLog().messages(goal, step_index, state_summary)
 
 
-def _clip_block(text: str, n: int) -> str:
-    """Keep line structure (the summary's sections) but cap total length."""
-    text = text.strip()
-    return text if len(text) <= n else text[: n - 3].rstrip() + "..."
+def in_step_prompts(goal: str, steps: Iterable[tuple[int, str]]) -> dict[int, list[dict]]:
+    """The In prompt of every (step index, summary) of one episode, its log fed in step order as the router
+    feeds it (``routers.memagent.in_cache``): what the SFT records of that episode must contain."""
+    log = InLog()
+    return {i: log.messages(goal, i, summary or "") for i, summary in sorted(steps, key=lambda x: x[0])}
 
 
 def render_trajectory(trajectory, max_steps: int = END_MAX_STEPS, obs_chars: int = END_OBS_CHARS) -> str:

@@ -30,6 +30,7 @@ import torch
 
 from routers.base import PROBABILITY, ROUTER_CONFIG, ExportedRouter, RouterConfigError
 from routers.memagent import prompts as P
+from routers.memagent.in_cache import InDecisions
 from routers.models import kv_cache_kwarg, output_kv_cache
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -234,6 +235,7 @@ class MemAgentRouter(ExportedRouter):
         self.config = config or MemAgentConfig()
         self.calibration = calibration or {}
         self.timings: list[dict] = []
+        self.in_decisions = InDecisions(self)  # per-task In logs + the incremental KV cache
 
     @classmethod
     def from_model(cls, model, tokenizer, **kwargs) -> "MemAgentRouter":
@@ -309,15 +311,14 @@ class MemAgentRouter(ExportedRouter):
         return None if scores is None else options[int(torch.argmax(scores))]
 
     def score_inject(self, goal: str, step_index: int, state_summary: str) -> torch.Tensor | None:
-        """p(Query) over {Query, NoOp} (a 0-d tensor), or None over budget."""
+        """p(Query) over {Query, NoOp} (a 0-d tensor), or None over budget. Ask a task's steps in order."""
         from routers.validation import RouterInputError
 
         goal, state_summary = _text(goal, "goal"), _text(state_summary, "state_summary")
         if isinstance(step_index, bool) or not isinstance(step_index, numbers.Integral) or step_index < 0:
             raise RouterInputError(f"step_index must be a non-negative integer, got {step_index!r:.80}")
         step_index = int(step_index)
-        prompt = P.in_messages(goal, step_index, state_summary)
-        scores = self.score_candidates([(prompt, [P.in_completion(True), P.in_completion(False)])], "in")
+        scores = self.in_decisions.score(goal, step_index, state_summary)  # the task's log, KV cache reused
         return None if scores is None else torch.softmax(scores, dim=0)[0]
 
     def inject(self, goal: str, step_index: int, state_summary: str) -> bool:

@@ -1,0 +1,154 @@
+"""Incremental In decisions: the router's KV cache follows the growing In prompt of a task (issue 18).
+
+The In prompt (``prompts.InLog``) is laid out static-first: system, task goal, then the task's append-only
+short-term memory log, and only then the per-step tail (step index, summary size, question). Consecutive
+In prompts of a task therefore share everything up to the end of the previous log, and
+:class:`PrefixKVCache` runs only what is new:
+
+* it keeps the KV cache and token ids of the last prompt it scored, crops the cache back to the longest
+  common token prefix with the next prompt (at least one prompt token is always re-run: its logits score
+  the first completion token), and runs the rest of the prompt **and** the candidate completions in one
+  forward: one packed row with a tree attention mask (prompt tokens causal; each candidate sees the
+  prompt and itself) and only the logits rows the scores need;
+* the candidates (and the per-step tail, at the next step) are cropped off again, so the cache holds the
+  prompt only; a new task keeps just the common prefix (system prompt), the rest is recomputed.
+
+It works on token ids, so it is exact for any prompt text: the scores are those of
+``router.sequence_log_probs`` on the full prompt (same ids, float rounding apart). :class:`InDecisions`
+is what ``MemAgentRouter.score_inject`` calls: one :class:`~routers.memagent.prompts.InLog` per task
+(keyed by goal, the ``max_tasks`` most recent kept) and the cache; ``incremental = False`` scores the same
+prompt text the uncached way (``MemAgentRouter.score_candidates``), for benchmarks and checks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from typing import Sequence
+
+import torch
+
+from routers.memagent import prompts as P
+from routers.models import kv_cache_kwarg, output_kv_cache
+
+
+def _crop_to(cache, length: int) -> None:
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)  # this transformers' crop takes minus the number of tokens to drop
+
+
+class PrefixKVCache:
+    """Scores candidate completions of a prompt, reusing the KV cache of the previous prompt's common prefix."""
+
+    def __init__(self, model):
+        self.model = model
+        self.ids: list[int] = []      # the prompt tokens the cache holds
+        self.cache = None
+        self.last_reused = 0
+
+    def reset(self) -> None:
+        self.ids, self.cache, self.last_reused = [], None, 0
+
+    @torch.inference_mode()
+    def score(self, sequences: Sequence[Sequence[int]], starts: Sequence[int]) -> torch.Tensor:
+        """sum_{j >= start} log p(x_j | x_<j) per sequence (float32), as ``router.sequence_log_probs``."""
+        from routers.memagent.router import common_prefix_length
+
+        if not sequences:
+            return torch.zeros(0)
+        shared = min(len(sequences[0]), *starts)
+        for s in sequences[1:]:
+            shared = min(shared, common_prefix_length(sequences[0], s))
+        if shared < 1:
+            raise ValueError("candidates share no prompt prefix")
+        prompt = list(sequences[0][:shared])
+        past = min(common_prefix_length(self.ids, prompt), shared - 1) if self.cache is not None else 0
+        if past == 0:
+            self.cache = None
+        else:
+            _crop_to(self.cache, past)
+        new = prompt[past:]
+        sufs = [list(s[shared:]) for s in sequences]
+        lengths = [len(x) for x in sufs]
+        param = next(self.model.parameters())
+        device, dtype = param.device, param.dtype
+        n, total = len(new), len(new) + sum(lengths)
+        ids = torch.tensor([new + [t for x in sufs for t in x]], device=device)
+        pos = torch.tensor([list(range(past, shared)) + [shared + j for m in lengths for j in range(m)]], device=device)
+        mask = self._mask(past, n, lengths, dtype).to(device)
+        keep = torch.tensor([n - 1, *range(n, total)], device=device)
+        kwargs = {} if self.cache is None else {kv_cache_kwarg(self.model): self.cache}
+        out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True,
+                         logits_to_keep=keep, **kwargs)
+        self.cache = output_kv_cache(out)
+        _crop_to(self.cache, shared)  # drop the candidates: the cache holds the prompt only
+        self.ids, self.last_reused = prompt, past
+        logp = torch.log_softmax(out.logits[0].float(), dim=-1).cpu()
+        scores = torch.zeros(len(sequences))
+        offset = 0
+        for i, seq in enumerate(sequences):
+            # row 0 predicts seq[shared]; row 1 + offset + k predicts the token after suffix token k
+            rows = [0 if j == shared else 1 + offset + j - shared - 1 for j in range(starts[i], len(seq))]
+            scores[i] = float(logp[rows, list(seq[starts[i]:])].sum())
+            offset += lengths[i]
+        return scores
+
+    @staticmethod
+    def _mask(past: int, n: int, lengths: Sequence[int], dtype) -> torch.Tensor:
+        """Additive 4D mask over [cache | new prompt tokens | candidates]: prompt tokens causal, each candidate
+        sees the whole prompt and its own earlier tokens."""
+        low = torch.finfo(dtype).min
+        q = n + sum(lengths)
+        mask = torch.full((1, 1, q, past + q), low, dtype=dtype)
+        mask[..., :past] = 0
+        mask[0, 0, :, past:past + n] = torch.triu(torch.full((q, n), low, dtype=dtype), diagonal=1)
+        offset = past + n
+        for m in lengths:
+            rows = slice(offset - past, offset - past + m)
+            mask[0, 0, rows, offset:offset + m] = torch.triu(torch.full((m, m), low, dtype=dtype), diagonal=1)
+            offset += m
+        return mask
+
+
+class InDecisions:
+    """A router's In decisions: the per-task logs (prompt text) and the incremental KV cache (scoring)."""
+
+    def __init__(self, router, max_tasks: int = 16, incremental: bool = True):
+        self.router = router
+        self.max_tasks = max_tasks
+        self.incremental = incremental
+        self.logs: OrderedDict[str, P.InLog] = OrderedDict()
+        self.kv = PrefixKVCache(router.model)
+
+    def reset(self) -> None:
+        """Forget every task's log and the cache (the next In prompt of a goal starts a new log)."""
+        self.logs.clear()
+        self.kv.reset()
+
+    def messages(self, goal: str, step_index: int, state_summary: str) -> list[dict]:
+        """Record this step in the goal's log and return its In prompt (``prompts.InLog.messages``)."""
+        log = self.logs.pop(goal, None) or P.InLog()
+        self.logs[goal] = log
+        while len(self.logs) > self.max_tasks:
+            self.logs.popitem(last=False)
+        return log.messages(goal, step_index, state_summary)
+
+    def score(self, goal: str, step_index: int, state_summary: str) -> torch.Tensor | None:
+        """Log-probabilities of (Query, NoOp), or None over ``max_input_tokens``; appends to ``router.timings``."""
+        from routers.memagent.router import encode_candidates
+
+        r = self.router
+        prompt = self.messages(goal, step_index, state_summary)
+        completions = [P.in_completion(True), P.in_completion(False)]
+        if not self.incremental:
+            return r.score_candidates([(prompt, completions)], "in")
+        t0 = time.perf_counter()
+        pairs = encode_candidates(r.tokenizer, prompt, completions)
+        seqs, starts = [p[0] for p in pairs], [p[1] for p in pairs]
+        over = max(starts) > r.config.max_input_tokens
+        scores = None if over else self.kv.score(seqs, starts)
+        r.timings.append({"phase": "in", "seconds": time.perf_counter() - t0, "candidates": len(seqs),
+                          "prompt_tokens": max(starts), "over_budget": over,
+                          "reused_tokens": 0 if over else self.kv.last_reused})
+        return scores
