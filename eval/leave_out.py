@@ -131,12 +131,19 @@ def write_train_without(kind: str, sources: dict, left: str, path: Path, seed: i
         info = mix(MixConfig(output=str(path), sources=specs, seed=seed), lock=False)
         key = "id"
     else:  # retriever records: concatenated, keeping only records of the other corpora
+        # One `synth retriever` file may hold every corpus (each record names its `source`): a file named by
+        # several corpora is read once, and a record belongs to its `source` (else to the corpus naming the file).
         path.parent.mkdir(parents=True, exist_ok=True)
-        rows = [r for s in specs for r in read_jsonl(parse_source(s)[0]) if r.get("source", "") != left]
+        files = {}
+        for name, srcs in sources.items():
+            for s, _ in srcs:
+                files.setdefault(str(parse_source(s)[0]), name)
+        rows = [r for f, name in files.items() for r in read_jsonl(f) if (r.get("source") or name) != left]
         atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
         info, key = {"samples": len(rows)}, "id"
     written = {r[key] for r in read_jsonl(path)}
-    left_ids = {r[key] for s, h in sources[left] for p in (parse_source(s)[0], h) for r in read_jsonl(p)}
+    left_ids = {r[key] for s, h in sources[left] for p in (parse_source(s)[0], h) for r in read_jsonl(p)
+                if kind == "sufficiency" or (r.get("source") or left) == left}
     leaked = written & left_ids
     if leaked:
         raise RuntimeError(f"{path}: {len(leaked)} record(s) of the left-out corpus {left} (e.g. {sorted(leaked)[:3]})")
@@ -244,9 +251,12 @@ def bar_plot(kind: str, rows: dict, path: Path) -> None:
     fig = Figure(figsize=(1.8 + 1.6 * len(corpora), 3.6))
     ax = fig.add_subplot(1, 1, 1)
     x = np.arange(len(corpora))
-    for j, model in enumerate(MODELS):
+    models = MODELS + (("bm25",) if kind == "retrieval" else ())
+    width = 0.8 / len(models)
+    for j, model in enumerate(models):
         vals = [rows[c].get(model, {}).get(metric) for c in corpora]
-        ax.bar(x + (j - 1) * 0.27, [v if isinstance(v, (int, float)) else 0 for v in vals], 0.27, label=model)
+        ax.bar(x + (j - (len(models) - 1) / 2) * width, [v if isinstance(v, (int, float)) else 0 for v in vals],
+               width, label=model)
     ax.set_xticks(x, corpora)
     ax.set_ylabel(metric)
     ax.set_ylim(0, 1)
