@@ -146,8 +146,8 @@ def frozen_providers(cfg: ForcedExplorationConfig, exploration_dir: str | os.Pat
 
 # -- the explorer ------------------------------------------------------------------------------------------------
 def fingerprint(cfg: ForcedExplorationConfig) -> dict:  # world options / a copy prior only when used: old runs resume
-    extra = (WORLD_OPTIONS if cfg.env != "textworld" else ()) + (("memory_prior",) if cfg.memory_prior else ())
-    return {k: getattr(cfg, k) for k in FINGERPRINT_FIELDS + extra}
+    return {k: getattr(cfg, k) for k in FINGERPRINT_FIELDS + (WORLD_OPTIONS if cfg.env != "textworld" else ())
+            + (("memory_prior",) if cfg.memory_prior else ())}
 
 
 def choose_to_store(records: Sequence[dict], mode: str) -> list[dict]:
