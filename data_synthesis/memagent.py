@@ -49,8 +49,7 @@ from routers.memagent.protocol import Task, Trajectory
 from routers.memagent.rollout import (  # noqa: F401 - RolloutJob, token_counter: importable from here as before
     EXPLORATION_FIELDS, FORMAT, SCHEMA_VERSION, RolloutConfig, RolloutContext, RolloutJob, build_agent, build_env,
     build_providers_from, env_tasks, exploration_record, init_worker, probe_function, rollout_id, token_counter,
-    validate_exploration, worker_rollout)
-from routers.memagent.rollout import WORLD_OPTIONS, short_term_factory as _stm_factory
+    validate_exploration, worker_rollout, WORLD_OPTIONS, short_term_factory as _stm_factory)
 
 log = get_logger("data_synthesis.memagent")  # the same name under python -m
 TASK_FIELDS = ("id", "task_id", "goal", "previews", "retrieved")
