@@ -29,6 +29,7 @@ from typing import Sequence
 import torch
 
 from routers.memagent import prompts as P
+from routers.memagent.chat_tokens import common_prefix_length, encode_candidates
 from routers.models import kv_cache_kwarg, output_kv_cache
 
 
@@ -53,7 +54,6 @@ class PrefixKVCache:
     @torch.inference_mode()
     def score(self, sequences: Sequence[Sequence[int]], starts: Sequence[int]) -> torch.Tensor:
         """sum_{j >= start} log p(x_j | x_<j) per sequence (float32), as ``router.sequence_log_probs``."""
-        from routers.memagent.router import common_prefix_length
 
         if not sequences:
             return torch.zeros(0)
@@ -136,7 +136,6 @@ class InDecisions:
 
     def score(self, goal: str, step_index: int, state_summary: str) -> torch.Tensor | None:
         """Log-probabilities of (Query, NoOp), or None over ``max_input_tokens``; appends to ``router.timings``."""
-        from routers.memagent.router import encode_candidates
 
         r = self.router
         prompt = self.messages(goal, step_index, state_summary)
