@@ -114,7 +114,7 @@ def test_prefix_cache_matches_sequence_log_probs_on_any_prompts(tiny_llama_dir, 
     for seqs, starts in cases:
         got = cache.score(seqs, starts)
         ref = sequence_log_probs(router.model, seqs, starts)
-        assert torch.allclose(got, ref, atol=1e-4), (seqs, got, ref)
+        assert torch.allclose(got, ref, atol=1e-4 * max(1.0, float(ref.abs().max()))), (seqs, got, ref)  # sums
         assert cache.cache.get_seq_length() == len(cache.ids)  # candidates cropped off
     with pytest.raises(ValueError, match="share no prompt prefix"):
         cache.score([[1, 2], [3, 4]], [0, 0])
@@ -143,7 +143,7 @@ def test_bench_memagent_in_tiny(tiny_llama_dir, one_torch_thread):
 
     res = bench_memagent_in(BenchConfig(model_name_or_path=tiny_llama_dir), [], "cpu", n_steps=6, n_episodes=1)
     assert res["benchmark"] == "memagent_in" and not res["model"]["tiny_fallback"]
-    assert res["max_score_diff_incremental_vs_full"] < 1e-4
+    assert res["max_score_diff_incremental_vs_full"] < 1e-3  # summed log-probs of up to ~40 nats, float32
     tokens = res["prompt_tokens_run_mean"]
     assert tokens["incremental"] < tokens["full"] and tokens["incremental"] < tokens["legacy"]
     assert res["timings"]["agent"]["n"] == 6 and res["timings"]["in_incremental"]["n"] == res["per_task"]["in_asked_steps"]
