@@ -72,12 +72,7 @@ class TransformersBackend:
 
     def _load(self):
         if self._model is None:
-            import torch
-
-            dtype = self.dtype
-            if dtype == "auto":
-                dtype = "bfloat16" if models.bf16_supported() else "float32"
-            self._model, self._tokenizer = models.load_causal_lm(self.model_name, dtype=getattr(torch, dtype),
+            self._model, self._tokenizer = models.load_causal_lm(self.model_name, dtype=models.torch_dtype(self.dtype),
                                                                 device=self.device or models.default_device())
             self._model.eval()
         return self._model, self._tokenizer

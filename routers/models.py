@@ -212,6 +212,16 @@ def padding_safe_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return mask[:, None]
 
 
+def torch_dtype(name: str):
+    """``float32`` / ``bfloat16`` / ``float16`` -> the torch dtype; ``auto`` = bfloat16 where it pays off
+    (:func:`bf16_supported`), else float32."""
+    import torch
+
+    if name == "auto":
+        name = "bfloat16" if bf16_supported() else "float32"
+    return getattr(torch, name)
+
+
 def bf16_supported() -> bool:
     """bf16 pays off here: a CUDA GPU with bf16, or a CPU with native bf16 (AVX512-BF16 / AMX)."""
     import torch

@@ -22,6 +22,7 @@ import time
 import traceback
 from typing import Callable, Sequence
 
+from routers.memagent.copy_prior import route_prior
 from routers.memagent.protocol import Observation, Task, Trajectory, TrajectoryStep
 from routers.models import kv_cache_kwarg, output_kv_cache
 
@@ -116,13 +117,9 @@ class LMCommandAgent(_PromptMixin):
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, dtype: str = "float32", device: str | None = None, **kwargs):
-        import torch
+        from routers.models import load_causal_lm, torch_dtype
 
-        from routers.models import bf16_supported, load_causal_lm
-
-        if dtype == "auto":
-            dtype = "bfloat16" if bf16_supported() else "float32"
-        model, tok = load_causal_lm(name_or_path, dtype=getattr(torch, dtype), device=device)
+        model, tok = load_causal_lm(name_or_path, dtype=torch_dtype(dtype), device=device)
         return cls(model, tok, **kwargs)
 
     # ------------------------------------------------------------------ prompt
@@ -253,8 +250,6 @@ class LMCommandAgent(_PromptMixin):
         adjusted = [s - self.repeat_penalty * recent.count(c) for s, c in zip(scores, commands)]
         prior = [0.0] * len(commands)
         if self.memory_prior:
-            from routers.memagent.copy_prior import route_prior
-
             prior = route_prior(split_memory(memory)[0], [s.action for s in history], commands)
             adjusted = [a + self.memory_prior * p for a, p in zip(adjusted, prior)]
         best = max(range(len(commands)), key=lambda i: (adjusted[i], -i))

@@ -24,6 +24,14 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+def shared_prefix_length(sequences: Sequence[Sequence[int]], starts: Sequence[int]) -> int:
+    """Tokens every candidate sequence shares before the first completion starts (the prompt a KV cache holds)."""
+    shared = min(len(sequences[0]), *starts)
+    for s in sequences[1:]:
+        shared = min(shared, common_prefix_length(sequences[0], s))
+    return shared
+
+
 def encode_candidates(tokenizer, prompt: Sequence[dict], completions: Sequence[str]) -> list[tuple[list[int], int]]:
     """(prompt+completion ids, index where the completion starts) per completion, as in SFT training."""
     prompt_ids = chat_ids(tokenizer, prompt, add_generation_prompt=True)

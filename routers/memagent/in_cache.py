@@ -29,7 +29,7 @@ from typing import Sequence
 import torch
 
 from routers.memagent import prompts as P
-from routers.memagent.chat_tokens import common_prefix_length, encode_candidates
+from routers.memagent.chat_tokens import common_prefix_length, encode_candidates, shared_prefix_length
 from routers.models import kv_cache_kwarg, output_kv_cache
 
 
@@ -54,12 +54,9 @@ class PrefixKVCache:
     @torch.inference_mode()
     def score(self, sequences: Sequence[Sequence[int]], starts: Sequence[int]) -> torch.Tensor:
         """sum_{j >= start} log p(x_j | x_<j) per sequence (float32), as ``router.sequence_log_probs``."""
-
         if not sequences:
             return torch.zeros(0)
-        shared = min(len(sequences[0]), *starts)
-        for s in sequences[1:]:
-            shared = min(shared, common_prefix_length(sequences[0], s))
+        shared = shared_prefix_length(sequences, starts)
         if shared < 1:
             raise ValueError("candidates share no prompt prefix")
         prompt = list(sequences[0][:shared])
@@ -136,7 +133,6 @@ class InDecisions:
 
     def score(self, goal: str, step_index: int, state_summary: str) -> torch.Tensor | None:
         """Log-probabilities of (Query, NoOp), or None over ``max_input_tokens``; appends to ``router.timings``."""
-
         r = self.router
         prompt = self.messages(goal, step_index, state_summary)
         completions = [P.in_completion(True), P.in_completion(False)]

@@ -30,7 +30,8 @@ import torch
 
 from routers.base import PROBABILITY, ROUTER_CONFIG, ExportedRouter, RouterConfigError
 from routers.memagent import prompts as P
-from routers.memagent.chat_tokens import chat_ids, common_prefix_length, encode_candidates  # noqa: F401
+from routers.memagent.chat_tokens import (chat_ids, common_prefix_length, encode_candidates,  # noqa: F401
+                                          shared_prefix_length)
 from routers.memagent.in_cache import InDecisions
 from routers.models import kv_cache_kwarg, output_kv_cache
 
@@ -62,10 +63,7 @@ def sequence_log_probs(model, sequences: Sequence[Sequence[int]], starts: Sequen
     """
     if not sequences:
         return torch.zeros(0)
-    lcp = len(sequences[0])
-    for s in sequences[1:]:
-        lcp = min(lcp, common_prefix_length(sequences[0], s))
-    shared = min(lcp, *starts)
+    shared = shared_prefix_length(sequences, starts)
     if shared < 1:
         raise ValueError("candidates share no prompt prefix")
     device = next(model.parameters()).device
