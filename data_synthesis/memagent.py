@@ -48,8 +48,8 @@ from routers.memagent.agent import IN_POLICIES
 from routers.memagent.protocol import Task, Trajectory
 from routers.memagent.rollout import (  # noqa: F401 - RolloutJob, token_counter: importable from here as before
     EXPLORATION_FIELDS, FORMAT, SCHEMA_VERSION, RolloutConfig, RolloutContext, RolloutJob, build_agent, build_env,
-    build_providers_from, env_tasks, exploration_record, init_worker, probe_function, rollout_id, token_counter,
-    validate_exploration, worker_rollout, WORLD_OPTIONS, short_term_factory as _stm_factory)
+    build_providers_from, env_tasks, exploration_record, init_worker, is_demonstration, probe_function, rollout_id,
+    token_counter, validate_exploration, worker_rollout, WORLD_OPTIONS, short_term_factory as _stm_factory)
 
 log = get_logger("data_synthesis.memagent")  # the same name under python -m
 TASK_FIELDS = ("id", "task_id", "goal", "previews", "retrieved")
@@ -126,6 +126,12 @@ def combos(provider_names: Sequence[str], include_no_memory: bool, in_policies: 
     """(Begin option, In policy) pairs in a fixed order: no memory first, then pool order; policies inner."""
     options: list[str | None] = ([None] if include_no_memory else []) + list(provider_names)
     return [(o, p) for o in options for p in in_policies]
+
+
+def task_combos(task: Task, cfg: "ForcedExplorationConfig", provider_names: Sequence[str]) -> list[tuple]:
+    """A task's combinations: every one, or for a demonstration (played by the expert) one, no memory."""
+    return [(None, "never")] if is_demonstration(task) else combos(provider_names, cfg.include_no_memory,
+                                                                    cfg.in_policies)
 
 
 def load_exploration(path: str | os.PathLike) -> list[dict]:
@@ -257,7 +263,7 @@ class ForcedExplorer:
 
     def jobs(self, task: Task, trec: dict, done: set[str]) -> list[RolloutJob]:
         out = []
-        for option, policy in combos(list(self.providers), self.cfg.include_no_memory, self.cfg.in_policies):
+        for option, policy in task_combos(task, self.cfg, list(self.providers)):
             if rollout_id(task.task_id, option, policy) in done:
                 continue
             r = trec["retrieved"][option] if option is not None else {"text": "", "item_ids": [], "error": None}
@@ -335,14 +341,12 @@ class ForcedExplorer:
         tasks = env_tasks(self.env, split, progress=self.progress)
         store = split == "train"
         split_dir = self.out / split
-        n_combos = len(combos(list(self.providers), self.cfg.include_no_memory, self.cfg.in_policies))
         with ResumableJsonlWriter(split_dir / "exploration.jsonl") as writer, \
                 ResumableJsonlWriter(split_dir / "tasks.jsonl") as twriter:
             self._task_records = {r["id"]: r for r in read_jsonl(twriter.path)} if twriter.path.exists() else {}
             if store and set(progress["tasks_done"]) - {t.task_id for t in tasks}:
                 raise ValueError(f"{self.out}/stores holds tasks that are not in this split's task list")
-            pending = sum(1 for t in tasks for o, p in combos(list(self.providers), self.cfg.include_no_memory,
-                                                               self.cfg.in_policies)
+            pending = sum(1 for t in tasks for o, p in task_combos(t, self.cfg, list(self.providers))
                           if rollout_id(t.task_id, o, p) not in writer)
             bar = tqdm(total=pending, desc=f"explore {split}", unit="rollout", disable=not self.progress,
                        file=sys.stderr)
@@ -354,9 +358,10 @@ class ForcedExplorer:
                 self._run_jobs(jobs, pool, writer, bar)
                 if store:
                     records = [r for r in read_jsonl(writer.path) if r["task_id"] == task.task_id]
-                    if len(records) != n_combos:
-                        raise RuntimeError(f"task {task.task_id}: {len(records)} records for {n_combos} combinations")
-                    records.sort(key=lambda r: _combo_index(r, list(self.providers), self.cfg))
+                    order = task_combos(task, self.cfg, list(self.providers))
+                    if len(records) != len(order):
+                        raise RuntimeError(f"task {task.task_id}: {len(records)} records for {len(order)} combinations")
+                    records.sort(key=lambda r: order.index((r["begin_provider"], r["in_policy"])))
                     self.store_task(task, records, progress)
                     progress["tasks_done"].append(task.task_id)
                     self.checkpoint(progress)
@@ -369,11 +374,6 @@ def _accepts(provider, trajectory: Trajectory) -> bool:
     if hasattr(provider, "accepts"):
         return bool(provider.accepts(trajectory))
     return not trajectory.error and (provider.gate == "all" or bool(trajectory.success))
-
-
-def _combo_index(rec: dict, names: list[str], cfg: ForcedExplorationConfig) -> int:
-    order = combos(names, cfg.include_no_memory, cfg.in_policies)
-    return order.index((rec["begin_provider"], rec["in_policy"]))
 
 
 # -- supervision stage ------------------------------------------------------------------------------------------
@@ -398,19 +398,22 @@ def label(cfg: ForcedExplorationConfig, providers: Mapping | None = None, judge=
     if unknown:
         raise ValueError(f"exploration records name providers {unknown} that are not in the pool {list(providers)}")
     counts: Counter = Counter()
-    requests = S.judge_requests(rollouts, cfg.judge_steps_per_rollout)
+    demos = {t["task_id"] for t in tasks if ((t.get("task") or {}).get("meta") or {}).get("demonstration")}
+    counts["demonstration_tasks"] = len(demos)  # played by the expert: they feed the stores and End labels only
+    agent_tasks, agent_rollouts = ([x for x in xs if x["task_id"] not in demos] for xs in (tasks, rollouts))
+    requests = S.judge_requests(agent_rollouts, cfg.judge_steps_per_rollout)
     judgments, jcounts = S.run_judge(requests, judge, out / "judgments.jsonl", cfg.judge_batch_size,
                                      progress=progress, constrained=cfg.judge_constrained)
     counts.update(jcounts)
-    begin = S.begin_labels(tasks, rollouts, providers, judgments, cfg.begin_outcome_weight, cfg.begin_min_reward,
-                           counts)
-    inn = S.in_labels(rollouts, judgments, cfg.judge_steps_per_rollout, cfg.in_outcome_weight, cfg.in_min_reward,
+    begin = S.begin_labels(agent_tasks, agent_rollouts, providers, judgments, cfg.begin_outcome_weight,
+                           cfg.begin_min_reward, counts)
+    inn = S.in_labels(agent_rollouts, judgments, cfg.judge_steps_per_rollout, cfg.in_outcome_weight, cfg.in_min_reward,
                       counts)
     end = S.end_labels(stores, rollouts, providers, [t["task_id"] for t in tasks], cfg.end_min_reuse,
                        cfg.end_min_retrievals, cfg.end_min_reward, counts)
     for name, recs in (("begin", begin), ("in", inn), ("end", end)):
         atomic_write_text(out / f"{name}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs))
-    stats = S.summarize(rollouts, begin, inn, end, counts, list(providers), cfg)
+    stats = S.summarize(agent_rollouts, begin, inn, end, counts, list(providers), cfg)  # the agent's rollouts
     atomic_write_json(out / "stats.json", stats)
     return stats
 

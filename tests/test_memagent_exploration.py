@@ -385,6 +385,41 @@ def test_real_providers_parallel_pool_and_supervision_files(tmp_path, games_dir)
     assert [r["task_id"] for r in end] == [suite(games_dir).tasks("train")[0].task_id]
 
 
+def test_demonstrations_are_played_by_the_expert_stored_and_never_labelled(tmp_path):
+    """A worlds suite with demonstrations: the first visit is one expert rollout (stored: the repeat visit's
+    memory is its route); the repeat visit gets every combination, played by the task agent; Begin labels and
+    stats come from the agent's tasks only."""
+    pytest.importorskip("textworld")
+    from routers.memagent.worlds import WorldConfig
+    from routers.memagent.worlds_env import WorldSuite
+
+    opts = dict(worlds_seen=1, worlds_unseen=0, world_rooms=5, world_sites=1, world_site_objects=2,
+                world_train_repeats=1, world_moved=0, world_demonstrations=True)
+    cfg = ForcedExplorationConfig(output_dir=str(tmp_path / "x"), env="textworld_worlds", games_dir=str(tmp_path),
+                                  max_steps=20, agent="random", judge="none", splits=["train"], in_policies=["never"],
+                                  **opts)
+    env = WorldSuite(tmp_path / "games", WorldConfig(n_seen=1, n_unseen=0, n_rooms=5, n_sites=1, site_objects=2,
+                                                     train_repeats=1, n_moved=0, demonstrations=True))
+    demo, repeat = env.tasks("train")
+    assert demo.meta["demonstration"] and not repeat.meta["demonstration"]
+    ex = ForcedExplorer(cfg, env=env, agent=RandomCommandAgent(0), providers=fake_providers(), progress=False)
+    ex.explore()
+    recs = records(tmp_path / "x" / "train" / "exploration.jsonl")
+    assert [(r["task_id"], r["begin_provider"], r["agent"]) for r in recs if r["task_id"] == demo.task_id] == [
+        (demo.task_id, None, "walkthrough")]
+    assert recs[[r["task_id"] for r in recs].index(demo.task_id)]["success"]
+    mine = sorted((r["begin_provider"] or "", r["agent"]) for r in recs if r["task_id"] == repeat.task_id)
+    assert mine == [("", "random"), ("alpha", "random"), ("beta", "random")]
+    route = ", ".join(demo.meta["walkthrough"])
+    assert all(r["trajectory"]["begin_memory"] == f"[{r['begin_provider']}] {route}" for r in recs
+               if r["task_id"] == repeat.task_id and r["begin_provider"])
+    stats = label(cfg, providers=fake_providers(), progress=False)
+    assert stats["counts"]["demonstration_tasks"] == 1 and stats["rollouts"] == 3
+    assert demo.task_id not in {r["task_id"] for r in read_jsonl(tmp_path / "x" / "begin.jsonl")}
+    again = ForcedExplorer(cfg, env=env, agent=RandomCommandAgent(0), providers=fake_providers(), progress=False)
+    assert again.explore().get("rollouts", 0) == 0  # resumed: nothing replayed
+
+
 # -- supervision by hand -----------------------------------------------------------------------------------------
 def test_table8_weights_by_hand():
     assert S.aggregate("begin", {"utilization": 4, "relevance": 2}) == pytest.approx(0.6 * 0.8 + 0.4 * 0.4)  # 0.64

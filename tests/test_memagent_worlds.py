@@ -167,6 +167,37 @@ def test_train_repeats_are_tight_budget_training_visits_with_a_sibling():
         WorldConfig(**{**TINY, "site_objects": 2, "train_repeats": 2})
 
 
+def test_demonstrations_flag_first_visits_and_training_moved_tasks_follow_them():
+    cfg = WorldConfig(**{**TINY, "site_objects": 3, "train_repeats": 1, "demonstrations": True, "train_moved": 1})
+    _, tasks = build_suite(cfg)
+    train = [t for t in tasks if t.split == "train"]
+    demos = [t for t in train if t.demonstration]
+    assert demos == [t for t in train if t.family == "fetch" and t.sibling is None]       # first visits only
+    assert len(demos) == cfg.n_seen * cfg.n_sites and not any(t.demonstration for t in tasks if t.split == "heldout")
+    moved = [t for t in train if t.family == "moved"]
+    assert len(moved) == cfg.n_seen * cfg.train_moved
+    by_id = {t.task_id: t for t in tasks}
+    for t in moved:  # the next site's first-visit object, now in the cupboard; after that visit; tight budget
+        sib = by_id[t.sibling]
+        assert sib.demonstration and sib.holder == by_world_sites(cfg, t.world_id)[cfg.n_moved]
+        assert t.holder == CUPBOARD and t.object == sib.object and t.object not in t.delivered
+        assert train.index(t) > train.index(sib) and not t.demonstration
+        assert t.budget == step_budget(t.optimal_steps, cfg.budget_factor, cfg.budget_slack)
+    held_moved = [t for t in tasks if t.family == "moved" and t.split == "heldout"]
+    assert {by_id[t.sibling].holder for t in held_moved}.isdisjoint({by_id[t.sibling].holder for t in moved})
+    plain = build_suite(WorldConfig(**{**TINY, "site_objects": 3, "train_repeats": 1}))[1]
+    assert [t.task_id for t in plain] == [t.task_id for t in tasks if t not in moved]  # the rest unchanged
+    assert not any(t.demonstration for t in plain)
+    with pytest.raises(ValueError, match="train_moved"):
+        WorldConfig(**{**TINY, "n_moved": 1, "train_moved": 2})
+    with pytest.raises(ValueError, match="world_train_moved"):
+        RolloutConfig(env="textworld_worlds", world_sites=2, world_rooms=6, world_moved=1, world_train_moved=2)
+
+
+def by_world_sites(cfg: WorldConfig, world_id: str) -> list[str]:
+    return {w.world_id: w.sites for w in build_suite(cfg)[0]}[world_id]
+
+
 # -- manifest ------------------------------------------------------------------------------------------------------
 def test_manifest_written_reused_and_validated(tmp_path):
     s = suite(tmp_path)
@@ -189,6 +220,7 @@ def test_manifest_written_reused_and_validated(tmp_path):
     (lambda d: d["tasks"][3].update(world_id="nowhere"), "tasks[3].world_id"),
     (lambda d: d["tasks"][0].update(optimal_steps="6"), "tasks[0].optimal_steps"),
     (lambda d: d["tasks"][4].update(sibling="ghost"), "tasks[4].sibling"),
+    (lambda d: d["tasks"][0].update(demonstration="yes"), "tasks[0].demonstration"),
     (lambda d: d["worlds"][0]["objects"].update(thing="nowhere"), "worlds[0].objects"),
     (lambda d: d["config"].update(n_sites=99), "config"),
     (lambda d: d.update(schema_version=7), "schema_version"),
@@ -340,6 +372,7 @@ def test_forced_exploration_fingerprint_covers_the_world_options():
     assert worlds["env"] == "textworld_worlds" and worlds["budget_slack"] == 2
     assert fingerprint(ForcedExplorationConfig(env="textworld_worlds", budget_slack=5)) != worlds
     assert fingerprint(ForcedExplorationConfig(env="textworld_worlds", world_rooms=6)) != worlds
+    assert fingerprint(ForcedExplorationConfig(env="textworld_worlds", world_demonstrations=True)) != worlds
     assert set(fingerprint(ForcedExplorationConfig())) == set(FINGERPRINT_FIELDS)
 
 

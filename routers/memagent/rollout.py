@@ -37,7 +37,8 @@ ENVS = ("textworld", "textworld_worlds")
 # the options that define a textworld_worlds suite (part of a forced-exploration run's resume fingerprint)
 WORLD_OPTIONS = ("env", "worlds_seen", "worlds_unseen", "world_rooms", "world_sites", "world_site_objects", "world_moved",
                  "world_min_site_depth", "budget_factor", "budget_slack", "train_budget_factor", "world_actions",
-                 "worlds_manifest", "world_train_repeats", "world_goal_names_holder")
+                 "worlds_manifest", "world_train_repeats", "world_goal_names_holder", "world_train_moved",
+                 "world_demonstrations")
 
 
 @dataclass
@@ -69,7 +70,11 @@ class RolloutConfig:
         "help": "goals name the container ('find the X in the chest'): memory is findable from the goal"})
     world_train_repeats: int = field(default=1, metadata={
         "help": "per seen site, objects that are training repeat visits (memory decides them) instead of held out"})
-    world_moved: int = field(default=1, metadata={"help": "changed-world (moved object) tasks per seen world"})
+    world_moved: int = field(default=1, metadata={"help": "held-out changed-world (moved object) tasks per seen world"})
+    world_train_moved: int = field(default=0, metadata={"help": "training changed-world tasks per seen world"})
+    world_demonstrations: bool = field(default=False, metadata={
+        "help": "training first visits are demonstrations: played once by the walkthrough (expert) agent and "
+                "stored; they give no Begin/In labels"})
     world_min_site_depth: int = 2
     budget_factor: float = field(default=1.0, metadata={"help": "step budget = ceil(factor * optimal) + slack"})
     budget_slack: int = 2
@@ -136,7 +141,7 @@ def world_config(cfg: RolloutConfig):
     names = {"seed": "env_seed", "n_seen": "worlds_seen", "n_unseen": "worlds_unseen", "n_rooms": "world_rooms",
              "n_sites": "world_sites", "site_objects": "world_site_objects", "train_repeats": "world_train_repeats",
              "goal_names_holder": "world_goal_names_holder",
-             "n_moved": "world_moved",
+             "n_moved": "world_moved", "train_moved": "world_train_moved", "demonstrations": "world_demonstrations",
              "min_site_depth": "world_min_site_depth", "budget_factor": "budget_factor", "budget_slack": "budget_slack",
              "train_budget_factor": "train_budget_factor"}
     try:
@@ -265,6 +270,7 @@ class Rollout:
     elapsed_s: float                    # the whole task (routed: probe + router + episode)
     probe_s: float = 0.0
     router_s: float = 0.0
+    agent: str = ""                     # who played it (``demonstrator``: the expert on a demonstration)
 
     @property
     def steps(self) -> int:
@@ -317,19 +323,35 @@ def rollout(ctx: RolloutContext, task: Task, begin: str | None = None, in_policy
         begin = timed.begin(task.goal, previews, ctx.providers)
         memory = _begin_memory(ctx, task, begin)
         in_policy = timed.in_policy
+    agent = demonstrator(ctx.agent, task)
     if error is not None:
         traj = Trajectory(task=task, steps=[], success=False, begin_provider=begin, error=error,
                           meta={"in_policy": in_policy})
     else:
         stm = ctx.short_term_factory() if ctx.short_term_factory is not None else None
-        traj = run_episode(ctx.env, ctx.agent, task, begin_provider=begin, begin_memory=memory, in_policy=in_policy,
+        traj = run_episode(ctx.env, agent, task, begin_provider=begin, begin_memory=memory, in_policy=in_policy,
                            short_term=stm, max_steps=ctx.max_steps)
     elapsed = time.perf_counter() - t_task
     return Rollout(trajectory=traj, begin_provider=begin, begin_tokens=count_tokens(memory) if memory else 0,
                    in_tokens=sum(count_tokens(s.injected) for s in traj.steps if s.injected),
                    in_queries=sum(1 for s in traj.steps if s.injected),
                    in_decisions=sum(1 for s in traj.steps if (s.meta or {}).get("stm")),
-                   elapsed_s=elapsed, probe_s=probe_s, router_s=timed.seconds if timed else 0.0)
+                   elapsed_s=elapsed, probe_s=probe_s, router_s=timed.seconds if timed else 0.0,
+                   agent=getattr(agent, "name", type(agent).__name__))
+
+
+def is_demonstration(task: Task) -> bool:
+    """A demonstration task (``worlds.TaskSpec.demonstration``): played by the expert, stored, not labelled."""
+    return bool((task.meta or {}).get("demonstration"))
+
+
+def demonstrator(agent, task: Task):
+    """The agent that plays ``task``: the expert (walkthrough) agent for a demonstration, else ``agent``."""
+    if not is_demonstration(task):
+        return agent
+    from routers.memagent.agent import WalkthroughAgent
+
+    return WalkthroughAgent()
 
 
 def _begin_memory(ctx: RolloutContext, task: Task, choice: str | None) -> str:
@@ -367,7 +389,7 @@ def exploration_record(job: RolloutJob, ctx: RolloutContext) -> dict:
             "injected_tokens": r.injected_tokens, "begin_tokens": r.begin_tokens, "in_tokens": r.in_tokens,
             "in_queries": r.in_queries, "retrieved_item_ids": list(job.item_ids),
             "elapsed_s": round(r.elapsed_s, 4), "s_per_step": round(r.elapsed_s / n, 4) if n else None,
-            "agent": getattr(ctx.agent, "name", type(ctx.agent).__name__), "trajectory": traj.to_dict()}
+            "agent": r.agent, "trajectory": traj.to_dict()}
 
 
 def validate_exploration(rec: dict) -> None:

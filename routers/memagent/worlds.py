@@ -15,7 +15,15 @@ the container is named, so a memory of that container's episode is findable from
   same route, same container). Objects of *unseen* worlds are held-out tasks without a sibling.
 * ``moved`` (changed world, adversarial memory): the object of a training task, in a variant of its world
   where that object now lies in the hub's cupboard (the goal names the cupboard). Memory of the training episode (its ``sibling``)
-  sends the agent down the old, now useless route; without memory the object is in sight.
+  sends the agent down the old, now useless route; without memory the object is in sight. ``n_moved`` per seen
+  world are held out; ``train_moved`` more (later sites) are training tasks, so that a router's training labels
+  also show memory misleading.
+
+``demonstrations``: training first visits are *demonstrations* (``TaskSpec.demonstration``): forced exploration
+plays them once with the expert (walkthrough) agent and stores that episode, instead of hoping a small agent
+finds the room within its budget. The knowledge then enters memory the way expert trajectories enter the
+memories of ALFWorld-style agents; what the suite tests is whether routing to it (or away from it) changes the
+outcome of the tasks the agent itself plays. Demonstrations give no Begin/In labels (memory played no part).
 
 Held-out games of a seen world are played after its training episodes: the objects those delivered are
 gone (``TaskSpec.delivered``), so a remembered ``take <old object> from <container>`` is no longer on offer
@@ -70,14 +78,16 @@ class WorldConfig:
     site_objects: int = 3         # objects per site: 1 training task + (site_objects - 1) held-out per seen site
     goal_names_holder: bool = True   # "find the X in the chest": memory of the chest's episode is findable
     train_repeats: int = 0        # of those held-out objects, how many per site are training *repeat* visits instead
-    n_moved: int = 1              # changed-world tasks per seen world (first sites)
+    n_moved: int = 1              # held-out changed-world tasks per seen world (first sites)
+    train_moved: int = 0          # training changed-world tasks per seen world (the next sites)
+    demonstrations: bool = False  # training first visits are played by the expert (walkthrough) agent
     min_site_depth: int = 2       # moves from the hub to a site's room
     budget_factor: float = 1.0
     budget_slack: int = 2
     train_budget_factor: float = 3.0   # training tasks are first visits: room to explore (and succeed, and be stored)
 
     def __post_init__(self):
-        for name in ("n_seen", "n_unseen", "n_moved"):
+        for name in ("n_seen", "n_unseen", "n_moved", "train_moved"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.n_rooms < 2 or self.n_rooms > len(ROOMS) + 1:
@@ -89,8 +99,9 @@ class WorldConfig:
         if not 0 <= self.train_repeats < self.site_objects:
             raise ValueError(f"train_repeats must be in [0, site_objects - 1], got {self.train_repeats} "
                              f"(site_objects={self.site_objects})")
-        if self.n_moved > self.n_sites:
-            raise ValueError(f"n_moved ({self.n_moved}) cannot exceed n_sites ({self.n_sites})")
+        if self.n_moved + self.train_moved > self.n_sites:
+            raise ValueError(f"n_moved + train_moved ({self.n_moved} + {self.train_moved}) cannot exceed n_sites "
+                             f"({self.n_sites}): each moved task uses its own site's first object")
         if self.min_site_depth < 1:
             raise ValueError(f"min_site_depth must be >= 1, got {self.min_site_depth}")
         if self.budget_factor < 1.0 or self.train_budget_factor < 1.0 or self.budget_slack < 0:
@@ -174,6 +185,7 @@ class TaskSpec:
     sibling: str | None = None       # task whose episode carries this task's knowledge (moved: the stale one)
     moved: dict[str, str] | None = None   # {"object", "from", "to"} for the changed-world family
     delivered: list[str] = field(default_factory=list)   # objects earlier (training) episodes took away
+    demonstration: bool = False      # a training first visit played by the expert agent (stored, not labelled)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -266,7 +278,8 @@ def _task(cfg: WorldConfig, world: WorldSpec, family: str, split: str, obj: str,
                     split=split, goal=goal, object=obj, holder=holder,
                     room=world.holders[holder]["room"], walkthrough=wt, optimal_steps=len(wt),
                     budget=step_budget(len(wt), cfg.train_budget_factor if first_visit else cfg.budget_factor,
-                                       cfg.budget_slack), sibling=sibling, moved=moved)
+                                       cfg.budget_slack), sibling=sibling, moved=moved,
+                    demonstration=first_visit and cfg.demonstrations)
 
 
 def world_tasks(cfg: WorldConfig, world: WorldSpec, seen: bool) -> list[TaskSpec]:
@@ -275,7 +288,8 @@ def world_tasks(cfg: WorldConfig, world: WorldSpec, seen: bool) -> list[TaskSpec
     Per seen site: the first object is a training first visit (roomy budget), the next ``train_repeats`` are
     training repeat visits (sibling = the first visit, held-out budget: episodes where memory decides the
     outcome, so the router's training labels can show it), the rest are held out. Objects delivered by
-    earlier training episodes are gone from every later game of the world."""
+    earlier training episodes are gone from every later game of the world. Moved tasks come last (held-out
+    ones first, then ``train_moved`` training ones)."""
     out: list[TaskSpec] = []
     first: dict[str, TaskSpec] = {}
     for box in world.sites:
@@ -296,9 +310,11 @@ def world_tasks(cfg: WorldConfig, world: WorldSpec, seen: bool) -> list[TaskSpec
         for t in out:
             if t.split == "heldout":
                 t.delivered = list(played)
-        for box in world.sites[:cfg.n_moved]:
+        moved_sites = [(box, "heldout") for box in world.sites[:cfg.n_moved]]
+        moved_sites += [(box, "train") for box in world.sites[cfg.n_moved:cfg.n_moved + cfg.train_moved]]
+        for box, split in moved_sites:
             stale = first[box]
-            out.append(_task(cfg, world, "moved", "heldout", stale.object, CUPBOARD, stale.task_id,
+            out.append(_task(cfg, world, "moved", split, stale.object, CUPBOARD, stale.task_id,
                              moved={"object": stale.object, "from": box, "to": CUPBOARD}))
             out[-1].delivered = [o for o in played if o != stale.object]
     return out

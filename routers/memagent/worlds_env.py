@@ -125,7 +125,7 @@ def validate_manifest(data, path="manifest.json") -> None:
         if t["budget"] < t["optimal_steps"]:
             raise WorldManifestError(f"{where}.budget: {t['budget']} is below optimal_steps {t['optimal_steps']}")
         for opt, tp in (("sibling", str), ("game_file", str), ("compile_error", str), ("moved", dict),
-                        ("delivered", list)):
+                        ("delivered", list), ("demonstration", bool)):
             if t.get(opt) is not None:
                 _check(path, f"tasks[{i}].{opt}", t[opt], tp)
     for i, t in enumerate(data["tasks"]):
