@@ -120,6 +120,42 @@ def test_prefix_cache_matches_sequence_log_probs_on_any_prompts(tiny_llama_dir, 
         cache.score([[1, 2], [3, 4]], [0, 0])
 
 
+def test_begin_reuses_the_pools_descriptions_across_tasks_and_matches_uncached(tiny_llama_dir, one_torch_thread):
+    from routers.memagent.protocol import Preview
+    from routers.memagent.providers import build_providers
+    from memagent_provider_fakes import HashEncoder
+
+    router = _router(tiny_llama_dir)
+    pool = {k: v for k, v in build_providers(encoder=HashEncoder()).items() if k in ("voyager", "memp", "awm")}
+    tasks = [(GOAL_A, [Preview("memp", 0.7, "go north; take silver key from chest", 3)]),
+             (GOAL_B, [Preview("voyager", 0.2, "crack the egg, then fry it", 9), Preview("awm", 0.0, "", 0)]),
+             (GOAL_A, [])]
+    for i, (goal, previews) in enumerate(tasks):
+        options, got = router.score_begin(goal, previews, pool)
+        prompt = P.begin_messages(goal, previews, pool)
+        ref = router.score_candidates([(prompt, [P.begin_completion(o) for o in options])], "begin")
+        assert torch.allclose(got, ref, atol=1e-4 * max(1.0, float(ref.abs().max())))
+        cached = [t for t in router.timings if t["phase"] == "begin" and "reused_tokens" in t][-1]
+        static = len(router.tokenizer.apply_chat_template(  # the descriptions and options, up to the previews
+            [prompt[0], {"role": "user", "content": prompt[1]["content"].split("Probe previews")[0]}], tokenize=True))
+        assert (cached["reused_tokens"] >= static - 8) if i else cached["reused_tokens"] == 0
+
+
+def test_prefix_cache_is_dropped_when_the_weights_change(tiny_llama_dir, one_torch_thread):
+    from routers.memagent.in_cache import PrefixKVCache
+    from routers.memagent.router import sequence_log_probs
+
+    router = _router(tiny_llama_dir)
+    cache = PrefixKVCache(router.model)
+    seqs, starts = [list(range(100, 150)) + [5], list(range(100, 150)) + [6]], [50, 50]
+    cache.score(seqs, starts)
+    with torch.no_grad():  # a training step / weight load changes the weights in place
+        next(router.model.parameters()).mul_(1.5)
+    got = cache.score([s[:40] + [7] for s in seqs], [40, 40])
+    ref = sequence_log_probs(router.model, [s[:40] + [7] for s in seqs], [40, 40])
+    assert cache.last_reused == 0 and torch.allclose(got, ref, atol=1e-4 * max(1.0, float(ref.abs().max())))
+
+
 def test_sft_in_records_match_router_prompts(tiny_llama_dir):
     from data_synthesis.memagent_supervision import in_labels
 
@@ -139,7 +175,7 @@ def test_sft_in_records_match_router_prompts(tiny_llama_dir):
 
 def test_bench_memagent_in_tiny(tiny_llama_dir, one_torch_thread):
     from eval.bench.common import BenchConfig
-    from eval.bench.memagent import bench_memagent_in
+    from eval.bench.memagent_in import bench_memagent_in
 
     res = bench_memagent_in(BenchConfig(model_name_or_path=tiny_llama_dir), [], "cpu", n_steps=6, n_episodes=1)
     assert res["benchmark"] == "memagent_in" and not res["model"]["tiny_fallback"]

@@ -36,10 +36,14 @@ def test_begin_prompt_carries_descriptions_previews_and_goal_last():
     user = msgs[1]["content"]
     assert "Storage: Voyager keeps trajectory summaries" in user
     assert "Retrieval: AWM finds similar tasks" in user
-    assert 'Preview: score 0.812, 5 items: "take apple from table"' in user
-    assert "2. ExpeL" in user and user.count("(empty store)") == 1 and user.count("(no preview)") == 3
+    assert '1. Voyager preview: score 0.812, 5 items: "take apple from table"' in user
+    assert "2. ExpeL\n" in user and user.count("(empty store)") == 1 and user.count("(no preview)") == 3
     assert "Options: None, Voyager, ExpeL, Agent-KB, Mobile-E, AWM" in user
     assert user.endswith("Task: Put the apple in the fridge.\n\n" + P.BEGIN_QUESTION)
+    # static first: everything before the previews is the same for every task of the pool (cached across tasks)
+    other = P.begin_messages("Wash the plate.", [Preview("AWM", 0.5, "open tap", 2)], PROVIDERS)[1]["content"]
+    static = user[:user.index("Probe previews")]
+    assert other.startswith(static) and "Preview" not in static and "Options:" in static
     with pytest.raises(ValueError, match="Unknown"):
         P.begin_messages("g", [Preview("Unknown", 0.1, "x", 1)], PROVIDERS)
 

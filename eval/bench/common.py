@@ -76,7 +76,7 @@ BENCHMARKS: dict[str, str] = {
     "distill_step": "eval.bench.sufficiency:bench_distill_step",
     "index_latency": "eval.bench.retrieval:bench_index_latency",
     "memagent_probe": "eval.bench.memagent:bench_memagent_probe",
-    "memagent_in": "eval.bench.memagent:bench_memagent_in",   # In decision: incremental KV cache vs full prompt
+    "memagent_in": "eval.bench.memagent_in:bench_memagent_in",   # In decision: incremental KV cache vs full prompt
     "quality_targets": "eval.bench.targets:bench_quality_targets",
 }
 # Benchmarks that need the causal LM and its sufficiency samples (the others bring their own data).

@@ -14,7 +14,10 @@ In prompts of a task therefore share everything up to the end of the previous lo
   prompt only; a new task keeps just the common prefix (system prompt), the rest is recomputed.
 
 It works on token ids, so it is exact for any prompt text: the scores are those of
-``router.sequence_log_probs`` on the full prompt (same ids, float rounding apart). :class:`InDecisions`
+``router.sequence_log_probs`` on the full prompt (same ids, float rounding apart); a change of the model's
+weights in place (training, ``load_state_dict``) drops the cache. The Begin prompt is laid out the same way
+(provider descriptions first, the same for every task of a pool), so ``MemAgentRouter.score_begin`` keeps a
+second cache that carries the descriptions from task to task and runs only the previews and goal. :class:`InDecisions`
 is what ``MemAgentRouter.score_inject`` calls: one :class:`~routers.memagent.prompts.InLog` per task
 (keyed by goal, the ``max_tasks`` most recent kept) and the cache; ``incremental = False`` scores the same
 prompt text the uncached way (``MemAgentRouter.score_candidates``), for benchmarks and checks.
@@ -47,9 +50,16 @@ class PrefixKVCache:
         self.ids: list[int] = []      # the prompt tokens the cache holds
         self.cache = None
         self.last_reused = 0
+        self.version = None           # the weights the cache was computed with
 
     def reset(self) -> None:
         self.ids, self.cache, self.last_reused = [], None, 0
+
+    def weights_version(self) -> tuple:
+        """Device, dtype and the sum of the parameters' in-place version counters (an optimizer step or a
+        weight load changes it): the cache is valid only for the weights it was computed with."""
+        first = next(self.model.parameters())
+        return str(first.device), first.dtype, sum(p._version for p in self.model.parameters())
 
     @torch.inference_mode()
     def score(self, sequences: Sequence[Sequence[int]], starts: Sequence[int]) -> torch.Tensor:
@@ -60,6 +70,10 @@ class PrefixKVCache:
         if shared < 1:
             raise ValueError("candidates share no prompt prefix")
         prompt = list(sequences[0][:shared])
+        version = self.weights_version()
+        if version != self.version:
+            self.reset()
+            self.version = version
         past = min(common_prefix_length(self.ids, prompt), shared - 1) if self.cache is not None else 0
         if past == 0:
             self.cache = None
@@ -133,17 +147,22 @@ class InDecisions:
 
     def score(self, goal: str, step_index: int, state_summary: str) -> torch.Tensor | None:
         """Log-probabilities of (Query, NoOp), or None over ``max_input_tokens``; appends to ``router.timings``."""
-        r = self.router
         prompt = self.messages(goal, step_index, state_summary)
         completions = [P.in_completion(True), P.in_completion(False)]
         if not self.incremental:
-            return r.score_candidates([(prompt, completions)], "in")
-        t0 = time.perf_counter()
-        pairs = encode_candidates(r.tokenizer, prompt, completions)
-        seqs, starts = [p[0] for p in pairs], [p[1] for p in pairs]
-        over = max(starts) > r.config.max_input_tokens
-        scores = None if over else self.kv.score(seqs, starts)
-        r.timings.append({"phase": "in", "seconds": time.perf_counter() - t0, "candidates": len(seqs),
-                          "prompt_tokens": max(starts), "over_budget": over,
-                          "reused_tokens": 0 if over else self.kv.last_reused})
-        return scores
+            return self.router.score_candidates([(prompt, completions)], "in")
+        return score_cached(self.router, self.kv, prompt, completions, "in")
+
+
+def score_cached(router, kv: PrefixKVCache, prompt: list[dict], completions: Sequence[str], phase: str):
+    """``router.score_candidates`` for one prompt through ``kv`` (None over ``max_input_tokens``); the timing
+    record (with the prompt tokens reused from the cache) goes to ``router.timings``."""
+    t0 = time.perf_counter()
+    pairs = encode_candidates(router.tokenizer, prompt, completions)
+    seqs, starts = [p[0] for p in pairs], [p[1] for p in pairs]
+    over = max(starts) > router.config.max_input_tokens
+    scores = None if over else kv.score(seqs, starts)
+    router.timings.append({"phase": phase, "seconds": time.perf_counter() - t0, "candidates": len(seqs),
+                           "prompt_tokens": max(starts), "over_budget": over,
+                           "reused_tokens": 0 if over else kv.last_reused})
+    return scores

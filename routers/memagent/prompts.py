@@ -83,24 +83,27 @@ def _gate_text(gate: str) -> str:
 
 
 def begin_messages(goal: str, previews, providers: Mapping[str, Any]) -> list[dict]:
-    """Begin prompt: every provider's storage/retrieval description and probe preview, the goal last."""
+    """Begin prompt, static first: every provider's storage/retrieval description and the options (the same
+    for every task of a pool: the router's KV cache of them is reused across tasks), then this task's probe
+    previews, the goal last."""
     by_name = _previews_by_name(previews)
     unknown = sorted(set(by_name) - set(providers))
     if unknown:
         raise ValueError(f"previews for providers not in the pool: {unknown}")
-    blocks = []
+    blocks, lines = [], []
     for i, (name, prov) in enumerate(providers.items(), 1):
+        blocks.append(f"{i}. {name}\n   Storage: {prov.describe_storage()}\n   Retrieval: {prov.describe_retrieval()}")
         p = by_name.get(name)
         if p is None or not int(_get(p, "n_items", 0) or 0):
             preview = "(empty store)" if p is not None else "(no preview)"
         else:
             preview = (f"score {float(_get(p, 'score', 0.0)):.3f}, {int(_get(p, 'n_items', 0))} items: "
                        f"\"{_clip(_get(p, 'snippet', ''), SNIPPET_CHARS)}\"")
-        blocks.append(f"{i}. {name}\n   Storage: {prov.describe_storage()}\n"
-                      f"   Retrieval: {prov.describe_retrieval()}\n   Preview: {preview}")
+        lines.append(f"{i}. {name} preview: {preview}")
     options = ", ".join([NONE, *providers])
-    user = ("Memory providers (storage, retrieval, probe preview):\n" + "\n".join(blocks)
-            + f"\n\nOptions: {options}\n\nTask: {goal.strip()}\n\n{BEGIN_QUESTION}")
+    user = ("Memory providers (storage, retrieval):\n" + "\n".join(blocks) + f"\n\nOptions: {options}\n\n"
+            + "Probe previews for this task:\n" + "\n".join(lines)
+            + f"\n\nTask: {goal.strip()}\n\n{BEGIN_QUESTION}")
     return [{"role": "system", "content": BEGIN_SYSTEM}, {"role": "user", "content": user}]
 
 

@@ -32,7 +32,7 @@ from routers.base import PROBABILITY, ROUTER_CONFIG, ExportedRouter, RouterConfi
 from routers.memagent import prompts as P
 from routers.memagent.chat_tokens import (chat_ids, common_prefix_length, encode_candidates,  # noqa: F401
                                           shared_prefix_length)
-from routers.memagent.in_cache import InDecisions
+from routers.memagent.in_cache import InDecisions, PrefixKVCache, score_cached
 from routers.models import kv_cache_kwarg, output_kv_cache
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -204,6 +204,7 @@ class MemAgentRouter(ExportedRouter):
         self.calibration = calibration or {}
         self.timings: list[dict] = []
         self.in_decisions = InDecisions(self)  # per-task In logs + the incremental KV cache
+        self.begin_kv = PrefixKVCache(self.model)  # Begin: the pool's provider descriptions, reused across tasks
 
     @classmethod
     def from_model(cls, model, tokenizer, **kwargs) -> "MemAgentRouter":
@@ -271,8 +272,7 @@ class MemAgentRouter(ExportedRouter):
         goal, providers = _text(goal, "goal"), _pool(providers)
         options: list[str | None] = [None, *providers]
         prompt = P.begin_messages(goal, previews, providers)
-        scores = self.score_candidates([(prompt, [P.begin_completion(o) for o in options])], "begin")
-        return options, scores
+        return options, score_cached(self, self.begin_kv, prompt, [P.begin_completion(o) for o in options], "begin")
 
     def begin(self, goal: str, previews, providers: Mapping[str, Any]) -> str | None:
         options, scores = self.score_begin(goal, previews, providers)
