@@ -62,6 +62,9 @@ class MemAgentEvalConfig:
                 "(the environment, agent and providers the routed rollouts rebuild)"})
     output_dir: str = "results/memagent_eval"
     baseline_in_policy: str = field(default="never", metadata={"help": "In policy of the main baseline rows"})
+    routed_in_policy: str | None = field(default=None, metadata={
+        "help": "None = the router decides In at every step; never | inject = In fixed, only Begin routed (when "
+                "the exploration explored no other In policy, the router has no In labels to have learned from)"})
     max_tasks: int | None = field(default=None, metadata={"help": "only the first N complete tasks (N >= 1)"})
     providers: list[str] | None = field(default=None, metadata={
         "help": "provider subset offered to the router; None = every provider explored"})
@@ -81,6 +84,9 @@ class MemAgentEvalConfig:
             raise ValueError("providers is empty: list a provider subset, or null for every provider explored")
         if not self.exploration_dir:
             raise ValueError("exploration_dir is required (the output_dir of `memroute synth forced-exploration`)")
+        if self.routed_in_policy not in (None, "never", "inject"):
+            raise ValueError(f"routed_in_policy must be null (the router decides), never or inject, "
+                             f"got {self.routed_in_policy!r}")
 
 
 def make_parser():
@@ -111,13 +117,13 @@ def _validate_task_record(rec: dict) -> None:
 
 
 # -- routed rollouts ---------------------------------------------------------------------------------
-def routed_rollout(ctx: RolloutContext, task, router) -> dict:
+def routed_rollout(ctx: RolloutContext, task, router, in_policy: str | None = None) -> dict:
     """One held-out task with the router deciding Begin and In; timings split into probe / router / task.
 
     ``ctx.probe(goal) -> previews`` (default: each provider's own ``probe``); ``ctx.count_tokens`` defaults
     to whitespace words; ``ctx.memories`` (recorded Begin memories) are used instead of a live retrieve.
     """
-    r = rollout(ctx, task, router=router)
+    r = rollout(ctx, task, in_policy=in_policy, router=router)
     return {"task_id": task.task_id, "begin_provider": r.begin_provider, "success": bool(r.trajectory.success),
             "steps": r.steps, "begin_tokens": r.begin_tokens, "in_tokens": r.in_tokens,
             "injected_tokens": r.injected_tokens, "in_queries": r.in_queries, "in_decisions": r.in_decisions,
@@ -125,12 +131,12 @@ def routed_rollout(ctx: RolloutContext, task, router) -> dict:
             "trajectory": r.trajectory.to_dict()}
 
 
-def run_routed(tasks, ctx: RolloutContext, router, out_path: str | Path) -> list[dict]:
+def run_routed(tasks, ctx: RolloutContext, router, out_path: str | Path, in_policy: str | None = None) -> list[dict]:
     """Routed rollouts for ``tasks``, appended to ``out_path`` (rerunning skips tasks already there)."""
     with ResumableJsonlWriter(out_path, key="task_id") as writer:
         for task in tqdm(tasks, desc="routed rollouts", unit="task"):
             if task.task_id not in writer:
-                writer.write(routed_rollout(ctx, task, router))
+                writer.write(routed_rollout(ctx, task, router, in_policy))
     wanted = {t.task_id for t in tasks}
     return [r for r in read_jsonl(out_path) if r["task_id"] in wanted]
 
@@ -240,7 +246,8 @@ def _routed_runs(cfg: MemAgentEvalConfig, pool: Sequence[str], order: Sequence[s
     if missing:
         raise ValueError(f"{len(missing)} exploration tasks are not held-out tasks of the rebuilt environment, "
                          f"e.g. {missing[:3]}")
-    return router, ctx, run_routed([by_id[t] for t in order], ctx, router, out_dir / "routed.jsonl")
+    return router, ctx, run_routed([by_id[t] for t in order], ctx, router, out_dir / "routed.jsonl",
+                                   cfg.routed_in_policy)
 
 
 def _begin_offline(cfg: MemAgentEvalConfig, router, ctx: RolloutContext, tasks_file: Path, table: dict,
@@ -278,6 +285,7 @@ def _main(cfg: MemAgentEvalConfig, records_file: Path) -> dict:
     offline = {k: v["per_task"] for k, v in metrics.get("begin_offline", {}).items() if isinstance(v, dict)}
     metrics["by_task_type"] = by_task_type(tables[cfg.baseline_in_policy], options, order, types, runs, offline)
     metrics["baseline_in_policy"] = cfg.baseline_in_policy
+    metrics["routed_in_policy"] = cfg.routed_in_policy or "router"
     metrics["config"] = {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}
     metrics["library_versions"] = library_versions()
     metrics["notes"] = ("Held-out tasks; long-term stores frozen (built from training tasks only, nothing stored "

@@ -558,6 +558,11 @@ def test_routed_rollouts_with_fakes(tmp_path):
     router.choice = "ExpeL"
     rec = run_routed(tasks[:1], ctx, router, tmp_path / "r3.jsonl")[0]
     assert rec["success"] is True and rec["begin_tokens"] == 2
+    # In fixed (only Begin routed): the router is never asked In, no summary is injected
+    router.in_calls, ctx.memories = [], None
+    fixed = run_routed(tasks[:1], ctx, router, tmp_path / "r4.jsonl", in_policy="never")[0]
+    assert router.in_calls == [] and fixed["in_queries"] == 0 and fixed["begin_provider"] == "ExpeL"
+    assert fixed["trajectory"]["meta"]["in_policy"] == "never"
 
 
 def test_eval_main_with_real_router_and_fake_environment(tmp_path, tiny_llama_dir, monkeypatch, one_torch_thread):

@@ -301,15 +301,16 @@ class _TimedRouter:
         return decision
 
 
-def rollout(ctx: RolloutContext, task: Task, begin: str | None = None, in_policy="never", *, memory: str = "",
+def rollout(ctx: RolloutContext, task: Task, begin: str | None = None, in_policy=None, *, memory: str = "",
             router=None, error: str | None = None) -> Rollout:
     """Play ``task`` once. Never raises for agent/LLM/env errors: they land in ``trajectory.error``.
 
     Fixed decisions (exploration): Begin option ``begin`` with its ``memory`` and the In policy ``in_policy``
-    (a name of ``IN_POLICIES`` or a callable); ``error`` (the Begin memory could not be retrieved) fails the
-    rollout without playing. Routed (evaluation): ``router.begin(goal, previews, providers)`` picks the Begin
-    provider from the probe previews (``ctx.probe`` or each provider's ``probe``), its memory is the recorded
-    one (``ctx.memories``) or a live retrieve, and ``router.inject(goal, index, summary)`` decides each In step.
+    (a name of ``IN_POLICIES`` or a callable; default ``never``); ``error`` (the Begin memory could not be
+    retrieved) fails the rollout without playing. Routed (evaluation): ``router.begin(goal, previews,
+    providers)`` picks the Begin provider from the probe previews (``ctx.probe`` or each provider's ``probe``),
+    its memory is the recorded one (``ctx.memories``) or a live retrieve, and ``router.inject(goal, index,
+    summary)`` decides each In step unless ``in_policy`` fixes it.
     """
     count_tokens = ctx.count_tokens or count_words
     t_task = time.perf_counter()
@@ -322,7 +323,8 @@ def rollout(ctx: RolloutContext, task: Task, begin: str | None = None, in_policy
         probe_s = time.perf_counter() - t
         begin = timed.begin(task.goal, previews, ctx.providers)
         memory = _begin_memory(ctx, task, begin)
-        in_policy = timed.in_policy
+        in_policy = in_policy or timed.in_policy
+    in_policy = in_policy or "never"
     agent = demonstrator(ctx.agent, task)
     if error is not None:
         traj = Trajectory(task=task, steps=[], success=False, begin_provider=begin, error=error,
