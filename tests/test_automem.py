@@ -265,3 +265,19 @@ def test_split_keeps_a_world_together_and_plain_tasks_shuffled():
     plain = [SimpleNamespace(task_id=str(i), meta={}) for i in range(10)]
     s2, v2 = split_tasks(plain, 4, 3)
     assert len(s2) == 4 and len(v2) == 3 and not set(map(id, s2)) & set(map(id, v2))
+
+
+def test_demonstrations_are_stored_but_not_scored():
+    """A demonstration (expert-played) task feeds memory; only the agent's tasks count towards accuracy."""
+    from dataclasses import replace
+
+    world, ev = make_evaluator()
+    tasks = world.tasks("search")
+    scouts = [t for t in tasks if t.meta["kind"] == "scout"]
+    scout = next(t for t in scouts if sum(u.meta["room"] == t.meta["room"] for u in scouts) == 1)  # one code
+    unlock = next(t for t in tasks if t.meta["kind"] == "unlock" and t.meta["room"] == scout.meta["room"])
+    demo = replace(scout, meta={**scout.meta, "demonstration": True, "walkthrough": ["look"]})
+    arch = Arch(("trajectory",), "vector", "hybrid", "lightweight")
+    results = ev(arch, [demo, unlock])
+    assert [r.task_id for r in results] == [unlock.task_id] and results[0].success  # the demo's memory unlocked it
+    assert [r.task_id for r in ev(None, [demo, unlock])] == [unlock.task_id] and not ev(None, [unlock])[0].success

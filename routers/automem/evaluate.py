@@ -2,7 +2,8 @@
 no-memory agent). Any callable with that signature works (a test's synthetic scorer, a remote runner); the
 default, :class:`RolloutEvaluator`, plays real rollouts through ``routers.memagent.rollout.rollout`` on any
 ``TaskEnvironment``: a fresh memory system per evaluation, tasks played in order, each one's Begin memory
-retrieved from what the earlier tasks stored (``warmup`` tasks are played and stored first, unscored).
+retrieved from what the earlier tasks stored (``warmup`` tasks are played and stored first, unscored; so are
+demonstrations, ``task.meta["demonstration"]``: the expert plays them, memory plays no part in them).
 
 Per task it records success, tokens (injected memory tokens + memory-side LLM calls' prompt words) and the
 failure info the diagnosis reads: the rollout error / timeout, the memory trace (pool size, retrieved, judge
@@ -75,7 +76,7 @@ class RolloutEvaluator:
         return MemorySystem(arch, encoder=self.encoder, llm=self.llm, **self.system_options)
 
     def __call__(self, arch: Arch | None, tasks: Sequence) -> list[TaskResult]:
-        from routers.memagent.rollout import RolloutContext, count_words, rollout
+        from routers.memagent.rollout import RolloutContext, count_words, is_demonstration, rollout
 
         self.calls += 1
         count = self.count_tokens or count_words
@@ -85,7 +86,7 @@ class RolloutEvaluator:
                              short_term_factory=self.short_term_factory, count_tokens=count, max_steps=self.max_steps)
         seen: list[str] = []  # raw text of the stored trajectories (is the evidence in experience at all?)
         out = []
-        for scored, task in [(False, t) for t in self.warmup] + [(True, t) for t in tasks]:
+        for scored, task in [(False, t) for t in self.warmup] + [(not is_demonstration(t), t) for t in tasks]:
             memory, trace = "", {}
             calls0 = system.stats.get("llm_calls", 0) if system is not None else 0
             if system is not None:
