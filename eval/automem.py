@@ -36,6 +36,9 @@ class AutomemEvalConfig(RolloutConfig):
     output_dir: str = "outputs/automem/eval"
     test_split: str = field(default="heldout", metadata={"help": "split of the held-out tasks"})
     n_test: int | None = field(default=None, metadata={"help": "first n tasks of test_split (None: all)"})
+    warmup_split: str | None = field(default=None, metadata={
+        "help": "played and stored (unscored) before the test tasks by every memory system, e.g. train: the "
+                "persistent-world suite's held-out tasks need what the training episodes of their worlds stored"})
     memory_llm: str | None = None
     retriever: str | None = None
     memory_k: int = 3
@@ -106,21 +109,43 @@ def _mean_std(xs):
     return {"mean": statistics.fmean(xs), "std": statistics.pstdev(xs) if len(xs) > 1 else 0.0, "n": len(xs)}
 
 
+def differing_rollout_options(cfg: AutomemEvalConfig, search_dir) -> dict:
+    """Environment / agent / provider options (``RolloutConfig``) this evaluation sets differently from the
+    search's ``resolved_config.yaml``: ``{name: (search, eval)}`` (empty when the search saved none)."""
+    from dataclasses import fields
+
+    from routers.config import load_yaml
+
+    path = Path(search_dir) / "resolved_config.yaml"
+    if not path.exists():
+        return {}
+    saved = load_yaml(path)
+    return {f.name: (saved[f.name], getattr(cfg, f.name)) for f in fields(RolloutConfig)
+            if f.name in saved and saved[f.name] != getattr(cfg, f.name)}
+
+
 def run(cfg: AutomemEvalConfig, evaluator=None, env=None) -> dict:
     from routers.automem.system import save_system_config
     from routers.memagent.rollout import env_tasks
     from train.automem import build_evaluator
 
     summary, traces = read_search(cfg.search_dir)
+    diff = differing_rollout_options(cfg, cfg.search_dir)
+    if diff:  # a different agent or suite than the search's is allowed (transfer) but never silent
+        log.warning("evaluating with options that differ from the search's (%s: search -> eval): %s",
+                    Path(cfg.search_dir) / "resolved_config.yaml", diff)
     if evaluator is None:
         env, evaluator = build_evaluator(cfg, env)
     tasks = env_tasks(env, cfg.test_split)
     tasks = tasks[: cfg.n_test] if cfg.n_test else tasks
+    if cfg.warmup_split:
+        evaluator.warmup = env_tasks(env, cfg.warmup_split)
     if not tasks:
         raise ValueError(f"split {cfg.test_split!r} has no tasks")
     out = Path(cfg.output_dir)
     results: dict = {"schema_version": 1, "search_dir": cfg.search_dir, "test_split": cfg.test_split,
-                     "n_test": len(tasks), "seeds": {}}
+                     "n_test": len(tasks), "warmup_split": cfg.warmup_split, "seeds": {},
+                     "options_differing_from_search": {k: list(v) for k, v in diff.items()}}
     with OutputLock(out):
         save_resolved_config(out, cfg)
         none = _held_out(evaluator, None, tasks)

@@ -249,6 +249,18 @@ def test_train_and_eval_jobs_on_the_planted_world(tmp_path, monkeypatch):
     for f in ("results.json", "search_trace.json", "best_so_far.png", "memory_system.json"):
         assert (tmp_path / "eval" / f).stat().st_size > 0
     assert "ledger" in json.loads((tmp_path / "eval" / "search_trace.json").read_text())["0"]["automem"]
+    # held-out tasks whose evidence only earlier (training) episodes carry: warmup_split plays those first
+    test = world.tasks("test")
+    world.tasks_by_split["heldout"] = [t for t in test if t.meta["kind"] == "unlock"]
+    world.tasks_by_split["scouts"] = [t for t in test if t.meta["kind"] == "scout"]
+    cold = ev_job.main(["--search_dir", str(out), "--output_dir", str(tmp_path / "cold"), "--agent", "random"])
+    warm = ev_job.main(["--search_dir", str(out), "--output_dir", str(tmp_path / "warm"), "--agent", "random",
+                        "--warmup_split", "scouts"])
+    c, w = cold["seeds"]["0"], warm["seeds"]["0"]
+    assert c["random"]["accuracy"] == 0.0 and w["no_memory"]["accuracy"] == 0.0 and w["random"]["n"] == 6
+    assert w["random"]["accuracy"] > 0.0 and warm["warmup_split"] == "scouts"  # trajectory|vector|mmr kept a code
+    assert warm["options_differing_from_search"] == {} and ev_job.differing_rollout_options(
+        ev_job.AutomemEvalConfig(search_dir=str(out), agent="walkthrough"), out) == {"agent": ("random", "walkthrough")}
 
 
 def test_split_keeps_a_world_together_and_plain_tasks_shuffled():

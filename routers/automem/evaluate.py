@@ -86,7 +86,8 @@ class RolloutEvaluator:
                              short_term_factory=self.short_term_factory, count_tokens=count, max_steps=self.max_steps)
         seen: list[str] = []  # raw text of the stored trajectories (is the evidence in experience at all?)
         out = []
-        for scored, task in [(False, t) for t in self.warmup] + [(not is_demonstration(t), t) for t in tasks]:
+        warmup = self.warmup if system is not None else []  # without memory, nothing carries over
+        for scored, task in [(False, t) for t in warmup] + [(not is_demonstration(t), t) for t in tasks]:
             memory, trace = "", {}
             calls0 = system.stats.get("llm_calls", 0) if system is not None else 0
             if system is not None:
