@@ -43,11 +43,12 @@ def test_in_log_is_append_only_and_static_first():
     prompts = [log.messages(GOAL_A, i, s) for i, s in enumerate(SUMMARIES)]
     users = [p[1]["content"] for p in prompts]
     assert users[0].startswith(f"Task: {GOAL_A}\n\n") and "(nothing collected yet)" in users[0]
-    for a, b in zip(users[1:], users[2:]):  # each prompt extends the previous log: only the tail differs
-        head = a[: a.rindex("\n\nStep ")]
+    for a, b in zip(users[1:], users[2:]):  # each prompt extends the previous log: only the question follows it
+        head = a[: a.rindex("\n\n" + P.IN_QUESTION)]
         assert b.startswith(head)
+    assert users[3] == users[2]  # nothing new at step 3: the same prompt (the cache re-runs one token)
     last = users[-1]
-    assert last.endswith(f"Step {len(SUMMARIES) - 1}: {P.IN_QUESTION}")
+    assert last.endswith(f"Attic\nStep 5, Collected Data: The table is wooden.\n\n{P.IN_QUESTION}")
     assert last.count("You take the key.") == 1 and "Step 3," not in last  # nothing new at step 3: no line
     assert "\nStep 4, Collected Data: You take the key.\nStep 4, Pages Visited: Kitchen | Hall | Attic\n" in last
     assert "\nStep 5, Collected Data: The table is wooden.\n" in last

@@ -69,7 +69,7 @@ def test_end_prompt_has_gate_and_caps_steps():
 def test_in_prompt():
     user = P.in_messages("Find the key.", 3, "Collected Data:\n- key is in the drawer\n- door locked")[1]["content"]
     assert user == ("Task: Find the key.\n\nShort-term memory log (entries by the step that added them):\n"
-                    "Step 3, Collected Data: key is in the drawer | door locked\n\nStep 3: " + P.IN_QUESTION)
+                    "Step 3, Collected Data: key is in the drawer | door locked\n\n" + P.IN_QUESTION)
     assert "(nothing collected yet)" in P.in_messages("g", 0, "  ")[1]["content"]
 
 

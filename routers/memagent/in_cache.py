@@ -1,16 +1,17 @@
 """Incremental In decisions: the router's KV cache follows the growing In prompt of a task (issue 18).
 
 The In prompt (``prompts.InLog``) is laid out static-first: system, task goal, then the task's append-only
-short-term memory log, and only then the per-step tail (step index, summary size, question). Consecutive
-In prompts of a task therefore share everything up to the end of the previous log, and
-:class:`PrefixKVCache` runs only what is new:
+short-term memory log (each line tagged with the step that added it), and only then the question, with no
+per-step text. Consecutive In prompts of a task therefore share everything up to the end of the previous log
+(a step that adds nothing asks the same prompt again: one token re-run), and :class:`PrefixKVCache` runs only
+what is new:
 
 * it keeps the KV cache and token ids of the last prompt it scored, crops the cache back to the longest
   common token prefix with the next prompt (at least one prompt token is always re-run: its logits score
   the first completion token), and runs the rest of the prompt **and** the candidate completions in one
   forward: one packed row with a tree attention mask (prompt tokens causal; each candidate sees the
   prompt and itself) and only the logits rows the scores need;
-* the candidates (and the per-step tail, at the next step) are cropped off again, so the cache holds the
+* the candidates (and the question, at the next step that adds a log line) are cropped off again, so the cache holds the
   prompt only; a new task keeps just the common prefix (system prompt), the rest is recomputed.
 
 It works on token ids, so it is exact for any prompt text: the scores are those of

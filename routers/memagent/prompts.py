@@ -174,8 +174,10 @@ class InLog:
 
     def messages(self, goal: str, step_index: int, state_summary: str) -> list[dict]:
         self.update(goal, step_index, state_summary)
+        # no per-step text after the log: a step that adds nothing asks the very same prompt again, which the
+        # router's KV cache answers by re-running one token (about half the steps of a worlds rollout)
         user = (f"Task: {goal.strip()}\n\nShort-term memory log (entries by the step that added them):\n"
-                f"{self.text()}\n\nStep {int(step_index)}: {IN_QUESTION}")
+                f"{self.text()}\n\n{IN_QUESTION}")
         return [{"role": "system", "content": IN_SYSTEM}, {"role": "user", "content": user}]
 
 
