@@ -75,6 +75,9 @@ class MemAgentEvalConfig:
         "help": "inject the Begin memories recorded in heldout/tasks.jsonl (exactly what the baseline rollouts "
                 "saw); false = retrieve live from the frozen stores"})
     device: str | None = None
+    router_dtype: str = field(default="float32", metadata={
+        "help": "float32 | bfloat16 | float16 | auto (bfloat16 where it pays off, as agent_dtype: auto): the "
+                "routing overhead is a ratio of router to agent time, so give both the same dtype"})
 
     def __post_init__(self):
         # plain ValueErrors: parse_config reports them as a ConfigError naming the recipe or the command line
@@ -84,6 +87,8 @@ class MemAgentEvalConfig:
             raise ValueError("providers is empty: list a provider subset, or null for every provider explored")
         if not self.exploration_dir:
             raise ValueError("exploration_dir is required (the output_dir of `memroute synth forced-exploration`)")
+        if self.router_dtype not in ("float32", "bfloat16", "float16", "auto"):
+            raise ValueError(f"router_dtype must be float32, bfloat16, float16 or auto, got {self.router_dtype!r}")
         if self.routed_in_policy not in (None, "never", "inject"):
             raise ValueError(f"routed_in_policy must be null (the router decides), never or inject, "
                              f"got {self.routed_in_policy!r}")
@@ -239,7 +244,9 @@ def _heldout_tasks(cfg: MemAgentEvalConfig) -> list:
 
 def _routed_runs(cfg: MemAgentEvalConfig, pool: Sequence[str], order: Sequence[str], out_dir: Path):
     """The trained router, the rebuilt rollout context and the routed rollouts of ``order``."""
-    router = MemAgentRouter.from_pretrained(cfg.router, device=cfg.device)
+    from routers.models import torch_dtype
+
+    router = MemAgentRouter.from_pretrained(cfg.router, device=cfg.device, dtype=torch_dtype(cfg.router_dtype))
     ctx = build_rollout_context(cfg, pool)
     by_id = {t.task_id: t for t in ctx.tasks}
     missing = [t for t in order if t not in by_id]

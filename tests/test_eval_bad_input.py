@@ -395,7 +395,8 @@ def test_memagent_bad_options():
     from eval.memagent import MemAgentEvalConfig, make_parser
 
     for kw, match in (({"max_tasks": 0}, "max_tasks"), ({"max_tasks": -1}, "max_tasks"),
-                      ({"providers": []}, "providers is empty"), ({"exploration_dir": ""}, "exploration_dir")):
+                      ({"providers": []}, "providers is empty"), ({"exploration_dir": ""}, "exploration_dir"),
+                      ({"router_dtype": "fp8"}, "router_dtype"), ({"routed_in_policy": "always"}, "routed_in_policy")):
         with pytest.raises(ValueError, match=match):
             MemAgentEvalConfig(**kw)
     with pytest.raises(ConfigError, match="max_tasks must be >= 1"):
