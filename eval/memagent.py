@@ -89,8 +89,10 @@ class MemAgentEvalConfig:
             raise ValueError("exploration_dir is required (the output_dir of `memroute synth forced-exploration`)")
         if self.router_dtype not in ("float32", "bfloat16", "float16", "auto"):
             raise ValueError(f"router_dtype must be float32, bfloat16, float16 or auto, got {self.router_dtype!r}")
+        if str(self.routed_in_policy).lower() in ("none", "null", "router"):  # from a command line
+            self.routed_in_policy = None
         if self.routed_in_policy not in (None, "never", "inject"):
-            raise ValueError(f"routed_in_policy must be null (the router decides), never or inject, "
+            raise ValueError(f"routed_in_policy must be null / router (the router decides), never or inject, "
                              f"got {self.routed_in_policy!r}")
 
 
