@@ -16,9 +16,10 @@ Benchmarks (``BENCHMARKS``; pick with ``--which``):
   throughput at ``index_steps`` steps, against a pure-Python loop and the 5 ms budget.
 * ``memagent_probe`` (eval/bench/memagent.py): MemAgent's Begin probe over 13 providers x
   ``memagent_memories`` memories, against a per-provider loop and the 10 ms budget.
-* ``memagent_in`` (eval/bench/memagent.py): the In decision per agent step with the incremental KV cache
-  (routers/memagent/in_cache.py) against the full-prompt path, and the estimated routing overhead
-  (Begin + In decisions) / agent steps with the real router and agent models (target <= 10 %).
+* ``memagent_in`` (eval/bench/memagent_in.py): the In decision per agent step with the incremental KV cache
+  (routers/memagent/in_cache.py) against the full-prompt path, Begin with the provider descriptions cached
+  across tasks against the whole prompt, and the estimated routing overhead (Begin + In decisions) / agent
+  steps with the real router and agent models (target <= 10 %).
 * ``distill_step`` (eval/bench/sufficiency.py, as ``router_latency``): LoRA training step time (``SufficiencyTrainer.compute_loss`` + backward + AdamW
   step) on the same fixed batches in three modes: ``lambda_rep = 0`` (baseline, no distillation),
   distillation with the teacher forward each step (no cache), and distillation with the teacher states
