@@ -11,6 +11,8 @@ combinations can run in a process pool. When they are done the task's trajectory
 all provider states plus the progress are checkpointed in one atomic directory rename: a killed run
 resumes exactly where it stopped, with the same stores and without duplicate records. Held-out tasks run
 afterwards against the frozen training stores (nothing stored), for ``memroute eval memagent``.
+A demonstration task (``task.meta["demonstration"]``, the worlds suite's first visits) has one rollout,
+played by the expert agent without memory, and is stored but never labelled.
 
 Then the supervision (``data_synthesis.memagent_supervision``): Begin from correctness + judge
 attribution, In from judge scores of Query vs NoOp, End from downstream reuse, reward-filtered into
