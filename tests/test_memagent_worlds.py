@@ -194,6 +194,23 @@ def test_demonstrations_flag_first_visits_and_training_moved_tasks_follow_them()
         RolloutConfig(env="textworld_worlds", world_sites=2, world_rooms=6, world_moved=1, world_train_moved=2)
 
 
+def test_unique_objects_one_kind_per_site_and_no_noun_in_two_sites():
+    from routers.memagent.worlds import OBJECT_CATEGORIES
+
+    cfg = WorldConfig(train_repeats=1)  # the default suite: 8 worlds x 3 sites x 3 objects
+    worlds, _ = build_suite(cfg)
+    kind = {noun: cat for cat, nouns in OBJECT_CATEGORIES.items() for noun in nouns}
+    site_nouns = [[o.split()[-1] for o, h in w.objects.items() if h == box] for w in worlds for box in w.sites]
+    flat = [n for site in site_nouns for n in site]
+    assert len(flat) == len(set(flat)) == 8 * 3 * 3                        # no noun in two sites of the suite
+    assert all(len({kind[n] for n in site}) == 1 for site in site_nouns)   # a site holds one kind of object
+    assert all(len({kind[site[0]] for site in site_nouns[3 * i:3 * i + 3]}) == 3 for i in range(8))
+    shared = build_suite(WorldConfig(train_repeats=1, unique_objects=False))[0]  # version 3: one shared noun list
+    assert any(o.split()[-1] not in kind for w in shared for o, h in w.objects.items() if h in w.sites)
+    with pytest.raises(ValueError, match="unique_objects"):
+        WorldConfig(n_seen=10, n_unseen=2)
+
+
 def by_world_sites(cfg: WorldConfig, world_id: str) -> list[str]:
     return {w.world_id: w.sites for w in build_suite(cfg)[0]}[world_id]
 

@@ -46,7 +46,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-GENERATOR_VERSION = 3   # bump when generation changes what a config produces (it is part of the cache key)
+GENERATOR_VERSION = 4   # bump when generation changes what a config produces (it is part of the cache key)
 FAMILIES = ("fetch", "moved")
 SPLITS = ("train", "heldout")
 UNSEEN_SEED_OFFSET = 100_000
@@ -64,6 +64,20 @@ ADJECTIVES = ("red", "blue", "green", "yellow", "silver", "golden", "wooden", "o
               "white")
 NOUNS = ("key", "ball", "coin", "book", "lamp", "cup", "map", "ring", "candle", "hat", "bell", "spoon", "scarf",
          "flute", "compass", "glove", "kettle", "vase", "whistle", "brush", "feather", "mirror", "clock", "button")
+# with ``unique_objects`` each site holds objects of one kind (a toolbox of tools), and no noun is in two sites
+# of a suite: a memory about an object (and, by its kind, about a site) belongs to one world and one site
+OBJECT_CATEGORIES = {
+    "kitchenware": ("teapot", "ladle", "whisk", "skillet", "grater", "sieve", "saucer", "platter", "tureen"),
+    "instruments": ("harmonica", "violin", "trumpet", "drum", "banjo", "kazoo", "flute", "whistle", "bell"),
+    "jewelry": ("locket", "pendant", "bracelet", "brooch", "tiara", "anklet", "earring", "necklace", "ring"),
+    "tools": ("hammer", "chisel", "wrench", "trowel", "pliers", "screwdriver", "saw", "drill", "file"),
+    "toys": ("puppet", "yoyo", "kite", "marble", "domino", "dice", "rattle", "teddy", "doll"),
+    "stationery": ("diary", "ledger", "scroll", "quill", "inkwell", "stamp", "envelope", "postcard", "notebook"),
+    "navigation": ("telescope", "sextant", "hourglass", "abacus", "globe", "atlas", "compass", "clock", "barometer"),
+    "clothing": ("scarf", "hat", "glove", "cane", "helmet", "goggles", "umbrella", "parasol", "boot"),
+    "sewing": ("needle", "spindle", "bobbin", "thimble", "scissors", "yarn", "button", "ribbon", "pincushion"),
+}
+CATEGORY_SIZE = 9
 
 
 @dataclass
@@ -81,6 +95,7 @@ class WorldConfig:
     n_moved: int = 1              # held-out changed-world tasks per seen world (first sites)
     train_moved: int = 0          # training changed-world tasks per seen world (the next sites)
     demonstrations: bool = False  # training first visits are played by the expert (walkthrough) agent
+    unique_objects: bool = True   # one kind of object per site, no noun in two sites (OBJECT_CATEGORIES)
     min_site_depth: int = 2       # moves from the hub to a site's room
     budget_factor: float = 1.0
     budget_slack: int = 2
@@ -96,6 +111,11 @@ class WorldConfig:
             raise ValueError(f"n_sites must be in [1, n_rooms - 1], got {self.n_sites} (n_rooms={self.n_rooms})")
         if self.site_objects < 1 or self.n_sites * self.site_objects + self.n_rooms > len(NOUNS):
             raise ValueError(f"site_objects must be >= 1 and n_sites * site_objects + n_rooms <= {len(NOUNS)}")
+        sites, per = (int(self.n_seen) + int(self.n_unseen)) * self.n_sites, CATEGORY_SIZE // max(1, self.site_objects)
+        if self.unique_objects and sites > len(OBJECT_CATEGORIES) * per:
+            raise ValueError(f"unique_objects: (n_seen + n_unseen) * n_sites = {sites} sites, but the object "
+                             f"categories hold {len(OBJECT_CATEGORIES) * per} sites of {self.site_objects} objects; "
+                             "use fewer worlds, sites or site_objects, or unique_objects false")
         if not 0 <= self.train_repeats < self.site_objects:
             raise ValueError(f"train_repeats must be in [0, site_objects - 1], got {self.train_repeats} "
                              f"(site_objects={self.site_objects})")
@@ -213,9 +233,23 @@ def _grow_map(rng: random.Random, names: list[str], hub: str) -> tuple[dict, lis
     return {k: list(v) for k, v in pos.items()}, exits
 
 
+def object_nouns(cfg: WorldConfig, index: int) -> tuple[list[list[str]], list[str]]:
+    """Under ``unique_objects``: the object nouns of each site of the suite's world ``index`` (site ``k`` is the
+    suite's site ``n = n_sites * index + k``: category ``n mod C``, its ``n div C``-th slice of ``site_objects``
+    nouns, so no two sites share a noun) and the distractor nouns (``NOUNS`` no site of this world uses)."""
+    cats = list(OBJECT_CATEGORIES.values())
+    out = []
+    for k in range(cfg.n_sites):
+        n = cfg.n_sites * index + k
+        part = n // len(cats)
+        out.append(list(cats[n % len(cats)][part * cfg.site_objects:(part + 1) * cfg.site_objects]))
+    used = {w for site in out for w in site}
+    return out, [w for w in NOUNS if w not in used]
+
+
 def make_world(cfg: WorldConfig, seed: int, index: int = 0) -> WorldSpec:
     """The world of ``seed`` (same seed and config -> the same map, holders and objects); ``index`` (its
-    position in the suite) only picks the world's name."""
+    position in the suite) picks the world's name and, with ``unique_objects``, its block of object nouns."""
     for attempt in range(100):
         rng = random.Random(f"memroute-world:{seed}:{attempt}")
         hub = rng.choice(HUBS)
@@ -231,11 +265,15 @@ def make_world(cfg: WorldConfig, seed: int, index: int = 0) -> WorldSpec:
         containers = rng.sample(CONTAINERS, cfg.n_sites)
         supporters = iter(rng.sample(SUPPORTERS, len(SUPPORTERS)))
         nouns = iter(rng.sample(NOUNS, len(NOUNS)))
-        for room, box in zip(site_rooms, containers):
+        per_site = [nouns] * cfg.n_sites
+        if cfg.unique_objects:
+            own, spare = object_nouns(cfg, index)
+            per_site, nouns = [iter(rng.sample(o, len(o))) for o in own], iter(rng.sample(spare, len(spare)))
+        for room, box, site_nouns in zip(site_rooms, containers, per_site):
             spec.holders[box] = {"room": room, "kind": "container"}
             spec.sites.append(box)
             for _ in range(cfg.site_objects):
-                spec.objects[f"{rng.choice(ADJECTIVES)} {next(nouns)}"] = box
+                spec.objects[f"{rng.choice(ADJECTIVES)} {next(site_nouns)}"] = box
         for room in names:  # distractors: a supporter (maybe with an object) in every other room
             if room in site_rooms:
                 continue
