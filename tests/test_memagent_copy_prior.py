@@ -49,6 +49,15 @@ def test_pointer_follows_history_and_skips_detours():
     assert route_prior(ROUTE, ["go north"], ["open door"]) == [0.0]
 
 
+def test_prose_around_the_route_does_not_hide_it():
+    """A provider's LLM-written script before the concrete actions (here: a degenerate one, as SmolLM2 writes
+    them) is longer than the lookahead; only segments that start with a command verb make the route."""
+    junk = "Procedure for: find the red key.\n" + "You've just restarted the game.\n\n" * 8
+    memory = junk + "Concrete actions: go north; go east; take red key from chest"
+    assert route_prior(memory, [], CMDS) == route_prior(ROUTE, [], CMDS) == [1.0, 0, 0, 0, 0, 0]
+    assert route_prior(memory, ["go north"], CMDS) == [0, 0, 1.0, 0, 0, 0]
+
+
 def test_lm_agent_follows_the_remembered_route_only_with_the_prior(tiny_llama_dir, one_torch_thread):
     task = Task("t", "In Harbor House, find the blue ball and put it on the table in the kitchen.")
     obs = Observation("-= Hallway =-\nExits: east, south.", ["go south", "go east", "look"])

@@ -61,8 +61,11 @@ def route_prior(memory: str, history: Sequence[str], commands: Sequence[str], th
     remembered command within ``lookahead`` segments that it matches; an action the memory does not contain
     (a detour) leaves the pointer where it was. The next command is the first remembered one at or after the
     pointer (within ``lookahead``) that some admissible command matches."""
-    route = remembered_commands(memory)
     cands = [_words(c) for c in commands]
+    # only segments that start with a command verb (one this step offers, or one the agent used) count as the
+    # route: prose around it (an LLM-written script, game messages) must not use up the lookahead
+    verbs = {c[0] for c in cands if c} | {w[0] for w in map(_words, history) if w}
+    route = [seg for seg in remembered_commands(memory) if seg[0] in verbs]
     if not route or not cands:
         return [0.0] * len(cands)
     ptr = 0
