@@ -73,8 +73,8 @@ class RolloutConfig:
     world_moved: int = field(default=1, metadata={"help": "held-out changed-world (moved object) tasks per seen world"})
     world_train_moved: int = field(default=0, metadata={"help": "training changed-world tasks per seen world"})
     world_unique_objects: bool = field(default=True, metadata={
-        "help": "no two worlds share a task object's noun, so a memory about an object belongs to one world "
-                "(generator version 4; false = version 3's shared nouns)"})
+        "help": "each site holds one kind of object and no noun is in two sites, so a memory about an object "
+                "belongs to one world and site (generator version 4; false = version 3's shared nouns)"})
     world_demonstrations: bool = field(default=False, metadata={
         "help": "training first visits are demonstrations: played once by the walkthrough (expert) agent and "
                 "stored; they give no Begin/In labels"})
