@@ -180,6 +180,30 @@ def test_phase_rows_canonicalize_and_expand_end(tmp_path):
     assert kept == [] and stats == {"records": 8, "below_min_reward": 8}
 
 
+def test_balance_decisions_oversamples_minorities_to_the_majority(tmp_path, smollm2_tokenizer):
+    import random
+    from collections import Counter
+
+    from routers.config import parse_config
+    from train.memagent import MemAgentSFTConfig, balance_decisions, build_rows, make_parser
+
+    rows = [{"completion": [{"content": c}], "i": i} for i, c in enumerate("AAAAAAABBC")]
+    out = balance_decisions(rows, random.Random(0))
+    assert Counter(r["completion"][0]["content"] for r in out) == {"A": 7, "B": 7, "C": 7}
+    assert {r["i"] for r in out} == set(range(10)) and sum(r["i"] == 9 for r in out) == 7  # C copied 7 times
+    assert Counter(r["i"] for r in out if r["completion"][0]["content"] == "B") in ({7: 4, 8: 3}, {7: 3, 8: 4})
+    assert balance_decisions([], random.Random(0)) == []
+    files = fake_phase_files(tmp_path, n_tasks=6)  # Begin: None, Voyager, AWM, ExpeL, None, Voyager
+    args = ["--begin_file", files["begin"], "--in_file", "none", "--end_file", "none", "--output_dir", str(tmp_path),
+            "--use_cpu", "true"]
+    (plain,) = parse_config(make_parser(), [MemAgentSFTConfig], args)
+    (balanced,) = parse_config(make_parser(), [MemAgentSFTConfig], args + ["--balance_decisions", "true"])
+    count = lambda rs: Counter(r["completion"][0]["content"] for r in rs)  # noqa: E731
+    assert count(build_rows(plain, smollm2_tokenizer)[0]) == {"None": 2, "Voyager": 2, "AWM": 1, "ExpeL": 1}
+    assert count(build_rows(balanced, smollm2_tokenizer)[0]) == {"None": 2, "Voyager": 2, "AWM": 2, "ExpeL": 2}
+    assert count(build_rows(balanced, smollm2_tokenizer, caps=False)[0])["AWM"] == 1  # the dev split: as it is
+
+
 def test_completion_only_mask_is_exact(tiny_llama_dir, smollm2_tokenizer, tmp_path, one_torch_thread):
     import torch
 

@@ -55,6 +55,9 @@ class MemAgentSFTConfig(LoraArgs, RunArgs, DevSplitArgs, SFTConfig):
     max_in_samples: int | None = None
     max_end_samples: int | None = field(default=None, metadata={"help": "cap on End yes/no samples (after expansion)"})
     min_reward: float | None = field(default=None, metadata={"help": "drop records whose 'reward' is below this"})
+    balance_decisions: bool = field(default=False, metadata={
+        "help": "per phase, oversample every decision to the count of the most frequent one (training samples "
+                "only), so that a router trained on few, skewed labels does not learn the majority decision alone"})
     export_merged: bool = field(default=True, metadata={"help": "merge LoRA into the weights; false = adapter export"})
     in_threshold: float = 0.5
     end_threshold: float = 0.5
@@ -102,6 +105,7 @@ def phase_file(value) -> str | None:
 # What a resumed run must share with the run that wrote its checkpoints (plus the TrainingArguments
 # optimisation options and each phase file's path and sha256).
 FINGERPRINT_KEYS = ("model_name_or_path", "max_begin_samples", "max_in_samples", "max_end_samples", "min_reward",
+                    "balance_decisions",
                     "use_lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "max_length",
                     "completion_only_loss", "shuffle_dataset")
 
@@ -206,6 +210,7 @@ def build_rows(cfg: MemAgentSFTConfig, tokenizer, phases: dict | None = None, ca
     from routers.memagent.router import chat_ids
 
     files = phase_files(cfg)
+    balance = caps and cfg.balance_decisions  # the dev split keeps its natural label mix
     caps = ({"begin": cfg.max_begin_samples, "in": cfg.max_in_samples, "end": cfg.max_end_samples} if caps
             else dict.fromkeys(PHASES))
     phases = read_phases(cfg) if phases is None else phases
@@ -229,12 +234,28 @@ def build_rows(cfg: MemAgentSFTConfig, tokenizer, phases: dict | None = None, ca
             raise ValueError(f"{phase}_file {files[phase]}: all {len(rows)} samples are longer than "
                              f"max_length={cfg.max_length} tokens; raise max_length")
         labels = Counter(r["completion"][0]["content"] for r in kept)
+        if balance:
+            kept = balance_decisions(kept, rng)
         summary[phase] = {**stats, "samples": len(kept), "skipped_too_long": too_long, "labels": dict(labels)}
         mixed.extend(kept)
     if not mixed:
         raise ValueError(f"no usable training samples in {list(files.values())}")
     rng.shuffle(mixed)
     return mixed, summary
+
+
+def balance_decisions(rows: list[dict], rng: random.Random) -> list[dict]:
+    """Every decision (completion text) oversampled to the count of the most frequent one: whole copies of its
+    rows first, the remainder a seeded sample without replacement (order: decision by decision)."""
+    by: dict[str, list[dict]] = {}
+    for r in rows:
+        by.setdefault(r["completion"][0]["content"], []).append(r)
+    top = max((len(v) for v in by.values()), default=0)
+    out = []
+    for group in by.values():
+        copies, rest = divmod(top, len(group))
+        out += group * copies + rng.sample(group, rest)
+    return out
 
 
 def make_dataset(rows: list[dict]):
