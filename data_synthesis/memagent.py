@@ -44,7 +44,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from routers.io import OutputLock, ResumableJsonlWriter, atomic_write_json, atomic_write_text, read_jsonl
+from data_synthesis.memagent_label import STORE_FIELDS, TASK_FIELDS, label, load_exploration  # noqa: F401
+from routers.io import OutputLock, ResumableJsonlWriter, atomic_write_json, read_jsonl
 from routers.logs import get_logger, setup_cli_logging
 from routers.memagent.agent import IN_POLICIES
 from routers.memagent.protocol import Task, Trajectory
@@ -54,8 +55,6 @@ from routers.memagent.rollout import (  # noqa: F401 - RolloutJob, token_counter
     token_counter, validate_exploration, worker_rollout, WORLD_OPTIONS, short_term_factory as _stm_factory)
 
 log = get_logger("data_synthesis.memagent")  # the same name under python -m
-TASK_FIELDS = ("id", "task_id", "goal", "previews", "retrieved")
-STORE_FIELDS = ("id", "task_id", "rollout_id", "provider", "item_ids")
 PROGRESS_FILE = "progress.json"
 # config fields that define the data: a resume with different values would mix two experiments
 FINGERPRINT_FIELDS = ("providers", "include_no_memory", "in_policies", "n_train", "n_heldout", "env_seed",
@@ -134,11 +133,6 @@ def task_combos(task: Task, cfg: "ForcedExplorationConfig", provider_names: Sequ
     """A task's combinations: every one, or for a demonstration (played by the expert) one, no memory."""
     return [(None, "never")] if is_demonstration(task) else combos(provider_names, cfg.include_no_memory,
                                                                     cfg.in_policies)
-
-
-def load_exploration(path: str | os.PathLike) -> list[dict]:
-    """Exploration records; a malformed one raises RecordError naming file and line."""
-    return list(read_jsonl(path, required=EXPLORATION_FIELDS, validate=validate_exploration))
 
 
 def frozen_providers(cfg: ForcedExplorationConfig, exploration_dir: str | os.PathLike) -> dict:
@@ -376,48 +370,6 @@ def _accepts(provider, trajectory: Trajectory) -> bool:
     if hasattr(provider, "accepts"):
         return bool(provider.accepts(trajectory))
     return not trajectory.error and (provider.gate == "all" or bool(trajectory.success))
-
-
-# -- supervision stage ------------------------------------------------------------------------------------------
-def label(cfg: ForcedExplorationConfig, providers: Mapping | None = None, judge=None, progress: bool = True) -> dict:
-    """Judge (cached) and write begin/in/end.jsonl + stats.json from the training split's records."""
-    from data_synthesis import memagent_supervision as S
-    from routers.backends import make_backend
-
-    out = Path(cfg.output_dir)
-    if providers is None:
-        from routers.memagent.providers import PROVIDER_NAMES, build_providers
-
-        providers = build_providers(list(cfg.providers) if cfg.providers is not None else list(PROVIDER_NAMES))
-    if judge is None and cfg.judge and cfg.judge.lower() not in ("none", "null"):
-        kw = {} if cfg.judge.startswith("openai:") else {"batch_size": cfg.judge_batch_size}
-        judge = make_backend(cfg.judge, **kw)
-    rollouts = load_exploration(out / "train" / "exploration.jsonl")
-    tasks = list(read_jsonl(out / "train" / "tasks.jsonl", required=TASK_FIELDS))
-    stores_path = out / "stores.jsonl"
-    stores = list(read_jsonl(stores_path, required=STORE_FIELDS)) if stores_path.exists() else []
-    unknown = sorted({r["begin_provider"] for r in rollouts if r["begin_provider"] is not None} - set(providers))
-    if unknown:
-        raise ValueError(f"exploration records name providers {unknown} that are not in the pool {list(providers)}")
-    counts: Counter = Counter()
-    demos = {t["task_id"] for t in tasks if ((t.get("task") or {}).get("meta") or {}).get("demonstration")}
-    counts["demonstration_tasks"] = len(demos)  # played by the expert: they feed the stores and End labels only
-    agent_tasks, agent_rollouts = ([x for x in xs if x["task_id"] not in demos] for xs in (tasks, rollouts))
-    requests = S.judge_requests(agent_rollouts, cfg.judge_steps_per_rollout)
-    judgments, jcounts = S.run_judge(requests, judge, out / "judgments.jsonl", cfg.judge_batch_size,
-                                     progress=progress, constrained=cfg.judge_constrained)
-    counts.update(jcounts)
-    begin = S.begin_labels(agent_tasks, agent_rollouts, providers, judgments, cfg.begin_outcome_weight,
-                           cfg.begin_min_reward, counts)
-    inn = S.in_labels(agent_rollouts, judgments, cfg.judge_steps_per_rollout, cfg.in_outcome_weight, cfg.in_min_reward,
-                      counts)
-    end = S.end_labels(stores, rollouts, providers, [t["task_id"] for t in tasks], cfg.end_min_reuse,
-                       cfg.end_min_retrievals, cfg.end_min_reward, counts)
-    for name, recs in (("begin", begin), ("in", inn), ("end", end)):
-        atomic_write_text(out / f"{name}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs))
-    stats = S.summarize(agent_rollouts, begin, inn, end, counts, list(providers), cfg)  # the agent's rollouts
-    atomic_write_json(out / "stats.json", stats)
-    return stats
 
 
 def make_parser():
