@@ -44,7 +44,7 @@ from eval.metrics import (DEFAULT_TAUS, MIN_CALIBRATION_PER_CLASS, MIN_CALIBRATI
                           calibrate_threshold, calibration_refusal, finite_or_none, threshold_metrics)
 from eval.score_cache import ResultCache, model_identity, score_field
 from routers.base import CALIBRATION, check_router_dir, git_revision, library_versions
-from routers.models import resolve_causal_lm
+from routers.models import resolve_causal_lm, torch_dtype
 from routers.sufficiency import SufficiencyRouter
 from routers.config import ConfigError, make_arg_parser, parse_config, save_resolved_config
 
@@ -72,6 +72,9 @@ class SufficiencyEvalConfig:
         "help": "Calibrate tau for this early-termination rate instead (takes precedence when set)."})
     max_samples: int | None = field(default=None, metadata={"help": "Evaluate only the first N records (N >= 1)."})
     batch_size: int = field(default=8, metadata={"help": "Scoring batch size."})
+    dtype: str = field(default="float32", metadata={
+        "help": "Weights dtype of both models while scoring: float32, bfloat16, float16, or auto (bfloat16 on a GPU or "
+                "a CPU with native bf16, where it scores ~1.6x faster, else float32)."})
     write_calibration_to_router: bool = field(default=False, metadata={
         "help": "Also write calibration.json into the router export (its threshold becomes the router's default "
                 "tau). Off by default: an eval on a small or skewed slice must not change the deployed tau."})
@@ -89,6 +92,8 @@ class SufficiencyEvalConfig:
             raise ValueError(f"max_samples must be >= 1 (got {self.max_samples}); omit it to evaluate every record")
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.dtype not in ("float32", "bfloat16", "float16", "auto"):
+            raise ValueError(f"dtype must be float32, bfloat16, float16 or auto, got {self.dtype!r}")
         if not self.taus:
             raise ValueError("taus must list at least one threshold in [0, 1]")
         bad = [t for t in self.taus if not 0.0 <= t <= 1.0]
@@ -213,7 +218,8 @@ def _score_with(load, records, batch_size, cache=None, model_key=None, name="") 
     scores, computed = score_records(router, records, batch_size, cache, model_key, name)
     t2 = time.perf_counter()
     info = {"router_threshold": float(router.config.threshold), "max_input_tokens": router.config.max_input_tokens,
-            "device": str(next(router.model.parameters()).device), "model_identity": model_key,
+            "device": str(next(router.model.parameters()).device),
+            "dtype": str(next(router.model.parameters()).dtype).removeprefix("torch."), "model_identity": model_key,
             "timing": {"load_s": t1 - t0, "score_s": t2 - t1,
                        "seconds_per_sample": (t2 - t1) / computed if computed else None,
                        "scored": computed, "from_cache": len(records) - computed}}
@@ -284,12 +290,14 @@ def _score_models(cfg: SufficiencyEvalConfig, base_model: str | None, records: l
     """Score every record with the base and/or trained router (reusing ``score_cache.jsonl``); per model the
     metrics, the per-variant stop shares, the load/score timing and the model identity."""
     loaders, identities = {}, {}
+    dtype = torch_dtype(cfg.dtype)
+    precision = {} if str(dtype) == "torch.float32" else {"dtype": str(dtype)}  # float32 keeps the identities of old caches
     if base_model:
-        loaders[BASE] = lambda: SufficiencyRouter.from_base(base_model)
-        identities[BASE] = model_identity(resolve_causal_lm(base_model), kind="from_base")
+        loaders[BASE] = lambda: SufficiencyRouter.from_base(base_model, dtype=dtype)
+        identities[BASE] = model_identity(resolve_causal_lm(base_model), kind="from_base", **precision)
     if cfg.router:
-        loaders[TRAINED] = lambda: SufficiencyRouter.from_pretrained(cfg.router)
-        identities[TRAINED] = model_identity(cfg.router, kind="from_pretrained")
+        loaders[TRAINED] = lambda: SufficiencyRouter.from_pretrained(cfg.router, dtype=dtype)
+        identities[TRAINED] = model_identity(cfg.router, kind="from_pretrained", **precision)
     scores: dict[str, np.ndarray] = {}
     models: dict[str, dict] = {}
     cache = ResultCache(out / "score_cache.jsonl", fresh=not cfg.resume, required=("score",), validate=score_field)

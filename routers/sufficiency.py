@@ -142,11 +142,11 @@ class SufficiencyRouter(ExportedRouter):
         return cls(model, tokenizer, cfg)
 
     @classmethod
-    def from_base(cls, name_or_path: str, device: str | None = None, **kwargs) -> "SufficiencyRouter":
-        """An untrained router straight from a causal LM (the zero-shot baseline)."""
+    def from_base(cls, name_or_path: str, device: str | None = None, dtype=None, **kwargs) -> "SufficiencyRouter":
+        """An untrained router straight from a causal LM (the zero-shot baseline); ``dtype`` default float32."""
         from routers.models import default_device, load_causal_lm
 
-        model, tok = load_causal_lm(name_or_path, device=device or default_device())
+        model, tok = load_causal_lm(name_or_path, dtype=dtype, device=device or default_device())
         return cls.from_model(model, tok, base_model=name_or_path, **kwargs)
 
     @classmethod

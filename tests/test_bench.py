@@ -40,7 +40,7 @@ def bench_run(tiny_llama_dir, tmp_path_factory):
     argv = ["--model_name_or_path", tiny_llama_dir, "--n_samples", "2", "--train_steps", "1",
             "--generate_new_tokens", "4", "--batch_size", "2", "--warmup_steps", "0",
             "--data", str(tmp / "missing.jsonl"), "--output_dir", str(out), "--device", "cpu",
-            "--index_steps", "300", "--memagent_memories", "30", "--memagent_encoder", "none",
+            "--train_top_layers", "1", "--index_steps", "300", "--memagent_memories", "30", "--memagent_encoder", "none",
             # no evaluation has run in this fresh directory: quality targets are reported as n/a
             *[arg for key in ("sufficiency", "retrieval", "progressive_locomo", "progressive_textworld", "memagent")
               for arg in (f"--{key}_metrics", str(tmp / f"{key}.json"))]]
@@ -107,6 +107,15 @@ def test_bench_details(bench_run):
     assert fig["step_time_distill_cached"]["baseline"] == modes["base"]["mean_s"]
     assert fig["step_time_distill_cached"]["value"] == modes["distill_cached"]["mean_s"]
     assert fig["step_time_distill_no_cache"]["value"] == modes["distill_no_cache"]["mean_s"]
+
+
+    step = json.loads((out / "frozen_prefix_step.json").read_text())
+    assert {m: v["lora_dropout"] for m, v in step["modes"].items()} == {"lora_dropout_0.05": 0.05, "lora_dropout_0": 0.0}
+    assert step["train_top_layers"] == 1 and step["split"] >= 1 and step["samples"] == 2 and step["tokens"] > 0
+    assert all(m["n"] == 1 for m in step["modes"].values())
+    (fig,) = step["figures"]
+    assert fig["baseline"] == step["modes"]["lora_dropout_0.05"]["mean_s"]
+    assert fig["value"] == step["modes"]["lora_dropout_0"]["mean_s"]
 
 
 def test_figure_ratio_and_missing_numbers():

@@ -346,8 +346,10 @@ def main(argv=None):
         held_out["eval_samples"], held_out["eval_skipped_too_long"] = len(eval_dataset), eval_dataset.skipped_too_long
     frozen = None
     if cfg.train_top_layers:  # eval samples need their cached lower-layer states too
+        amp = torch.bfloat16 if cfg.bf16 else torch.float16 if cfg.fp16 else None
         frozen = cache_lower_layers(model, [d for d in (dataset, eval_dataset) if d is not None], cfg.train_top_layers,
-                                    cfg.device, tokenizer.pad_token_id, max(1, cfg.per_device_train_batch_size * 2))
+                                    cfg.device, tokenizer.pad_token_id, max(1, cfg.per_device_train_batch_size * 2),
+                                    autocast_dtype=amp)
         log.info("frozen-prefix path: layers 0-%d cached once (%d tokens, %.0fs); training the top %d",
                  frozen["split"] - 1, frozen["cached_tokens"], frozen["cache_s"], frozen["trained_layers"])
     rep_layer = cfg.rep_layer if cfg.rep_layer is not None else default_rep_layer(model)

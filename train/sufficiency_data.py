@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -69,19 +70,24 @@ class SufficiencyCollator:
                 "sample_idx": torch.tensor([f["idx"] for f in features], dtype=torch.long)}
 
 
-def cache_lower_layers(model, datasets, train_top_layers: int, device, pad_id: int, batch_size: int = 8) -> dict:
+def cache_lower_layers(model, datasets, train_top_layers: int, device, pad_id: int, batch_size: int = 8,
+                       autocast_dtype: torch.dtype | None = None) -> dict:
     """The frozen-prefix path: check that the decoder can be split, then store each sample's residual stream after
     the frozen layers in its dataset's items (computed once; every epoch, and every evaluation, then runs only the
-    top layers). ``datasets``: the training set first, then any eval set (its samples need the same states)."""
+    top layers). ``datasets``: the training set first, then any eval set (its samples need the same states).
+    ``autocast_dtype``: the training's mixed precision, so the cache is computed as the top layers then run
+    (bf16 autocast: ~1.5x faster on a CPU with native bf16); the split check stays in the weights' dtype."""
     n = num_layers(model)
     split = max(0, n - train_top_layers)
     model.to(device)
     t = time.perf_counter()
     deviation = check_split(model, datasets[0].items[0]["input_ids"], split, pad_id)
     cached = 0
+    amp = torch.autocast(torch.device(device).type, dtype=autocast_dtype) if autocast_dtype else nullcontext()
     for ds in datasets:
-        states = lower_states(model, [it["input_ids"] for it in ds.items], split, pad_id, batch_size=batch_size,
-                              progress=True)
+        with amp:
+            states = lower_states(model, [it["input_ids"] for it in ds.items], split, pad_id, batch_size=batch_size,
+                                  progress=True)
         for item, st in zip(ds.items, states):
             item["lower_states"] = st
         cached += sum(st.shape[0] for st in states)

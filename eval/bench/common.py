@@ -45,6 +45,7 @@ class BenchConfig:
     max_length: int = field(default=768, metadata={
         "help": "Samples whose router prompt is longer (tokens) are skipped, as in training."})
     lambda_rep: float = field(default=0.1, metadata={"help": "Distillation weight in the distill modes."})
+    train_top_layers: int = field(default=24, metadata={"help": "frozen_prefix_step: trained top layers (K)."})
     lora_r: int = 16
     lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     device: str | None = field(default=None, metadata={"help": "cpu / cuda / mps; default: best available."})
@@ -74,13 +75,14 @@ class BenchConfig:
 BENCHMARKS: dict[str, str] = {
     "router_latency": "eval.bench.sufficiency:bench_router_latency",
     "distill_step": "eval.bench.sufficiency:bench_distill_step",
+    "frozen_prefix_step": "eval.bench.training_step:bench_frozen_prefix_step",  # CPU path: LoRA dropout cost
     "index_latency": "eval.bench.retrieval:bench_index_latency",
     "memagent_probe": "eval.bench.memagent:bench_memagent_probe",
     "memagent_in": "eval.bench.memagent_in:bench_memagent_in",   # In decision: incremental KV cache vs full prompt
     "quality_targets": "eval.bench.targets:bench_quality_targets",
 }
 # Benchmarks that need the causal LM and its sufficiency samples (the others bring their own data).
-NEEDS_SAMPLES = {"router_latency", "distill_step"}
+NEEDS_SAMPLES = {"router_latency", "distill_step", "frozen_prefix_step"}
 
 
 def resolve_benchmark(spec: str | Callable) -> Callable[[BenchConfig, list[dict], str], dict]:

@@ -27,8 +27,8 @@ from routers.models import DEFAULT_CAUSAL_LM
 # name -> trainer flags. frozen_prefix = the quickstart's path; lora_all_layers = the quickstart before it
 # (LoRA r16 on every linear layer of every layer, distillation on, 60 steps of 4).
 PATHS = {
-    "frozen_prefix": ["--train_top_layers", "4", "--use_lora", "true", "--lora_r", "16", "--lora_target_modules",
-                      "all-linear", "--lambda_rep", "0", "--learning_rate", "1e-3",
+    "frozen_prefix": ["--train_top_layers", "24", "--use_lora", "true", "--lora_r", "16", "--lora_target_modules",
+                      "all-linear", "--lora_dropout", "0", "--lambda_rep", "0", "--learning_rate", "1e-3",
                       "--num_train_epochs", "3", "--per_device_train_batch_size", "8",
                       "--train_sampling_strategy", "group_by_length"],
     "lora_all_layers": ["--use_lora", "true", "--lora_r", "16", "--lora_target_modules", "all-linear",
