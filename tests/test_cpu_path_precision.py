@@ -7,20 +7,8 @@ import pytest
 import torch
 
 from routers.config import ConfigError
+from test_crash_resume import tiny_router  # noqa: F401 (the fixture: a tiny exported sufficiency router)
 from test_sufficiency_training import make_records, write_jsonl
-
-
-@pytest.fixture(scope="module")
-def tiny_router(tiny_llama_dir, tmp_path_factory):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from routers.sufficiency import SufficiencyRouter
-
-    export = tmp_path_factory.mktemp("prec-router") / "router"
-    SufficiencyRouter.from_model(AutoModelForCausalLM.from_pretrained(tiny_llama_dir),
-                                 AutoTokenizer.from_pretrained(tiny_llama_dir), max_input_tokens=400,
-                                 base_model=tiny_llama_dir).save_pretrained(export)
-    return export
 
 
 def test_eval_dtype_loads_both_models_in_it_and_never_reuses_float32_scores(tiny_router, tiny_llama_dir, tmp_path):
