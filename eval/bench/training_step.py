@@ -31,10 +31,12 @@ DROPOUTS = {"lora_dropout_0.05": 0.05, "lora_dropout_0": 0.0}  # the first is th
 BASELINE = "lora_dropout_0.05"
 
 
-def _trainer(cfg: BenchConfig, data_path: Path, device: str, tmp: str, dropout: float, states: list | None):
-    """(model, trainer, dataset) for one dropout; the lower-layer states are computed once and reused."""
-    from train.sufficiency import SufficiencyCollator, SufficiencyDataset, SufficiencyTrainer, SufficiencyTrainingConfig
-    from train.sufficiency import build_model
+def _trainer(cfg: BenchConfig, data_path: Path, device: str, tmp: str, dropout: float, bf16: bool,
+             states: tuple | None):
+    """(model, trainer, dataset, split) for one dropout; the lower-layer states (``(split, states)``) are computed
+    once, as the trainer computes them (under its autocast), and reused for the other dropout."""
+    from train.sufficiency import (SufficiencyCollator, SufficiencyDataset, SufficiencyTrainer,
+                                   SufficiencyTrainingConfig, build_model)
     from train.sufficiency_data import cache_lower_layers
 
     targs = SufficiencyTrainingConfig(
@@ -46,7 +48,8 @@ def _trainer(cfg: BenchConfig, data_path: Path, device: str, tmp: str, dropout: 
     model, tok = build_model(targs)
     dataset = SufficiencyDataset(str(data_path), tok, targs.max_length)
     if states is None:
-        frozen = cache_lower_layers(model, [dataset], cfg.train_top_layers, device, tok.pad_token_id)
+        frozen = cache_lower_layers(model, [dataset], cfg.train_top_layers, device, tok.pad_token_id,
+                                    autocast_dtype=torch.bfloat16 if bf16 else None)
         split = frozen["split"]
     else:
         split = states[0]
@@ -90,7 +93,7 @@ def bench_frozen_prefix_step(cfg: BenchConfig, records: list[dict], device: str)
         data_path = Path(tmp) / "samples.jsonl"
         atomic_write_text(data_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
         for name, dropout in DROPOUTS.items():
-            model, trainer, dataset, split = _trainer(cfg, data_path, device, tmp, dropout, states)
+            model, trainer, dataset, split = _trainer(cfg, data_path, device, tmp, dropout, bf16, states)
             states = (split, [it["lower_states"] for it in dataset.items])
             collate = trainer.data_collator
             batches = [{k: v.to(device) for k, v in collate(dataset.items[i:i + cfg.batch_size]).items()}
