@@ -6,7 +6,8 @@ best, per seed, on the test split; the search traces; the best-so-far plot; the 
 
 Reads ``search_dir`` (``memroute train automem``'s output: ``summary.json``, ``seed<S>/*_trace.json``), plays
 the first ``n_test`` tasks of ``test_split`` (memory accumulates in task order, from empty) with each system
-and writes into ``output_dir``: ``results.json`` (per seed: accuracy, gain over no memory, tokens, wall time,
+and writes into ``output_dir``: ``evaluations.jsonl`` (each distinct system's held-out evaluation, played once:
+a rerun or another seed's identical architecture replays it), ``results.json`` (per seed: accuracy, gain over no memory, tokens, wall time,
 evaluations used, and the mean / std over seeds), ``search_trace.json`` (per seed and method: every evaluated
 architecture, the ledger, the observation graph, gradients, validations), ``best_so_far.png`` (best search
 accuracy vs evaluations, AutoMem and random search, every seed) and ``memory_system.json`` (the best AutoMem
@@ -18,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,14 +92,20 @@ def plot_best_so_far(traces: dict, path) -> None:
     save_figure(fig, path)
 
 
-def _held_out(evaluator, arch_key, tasks) -> dict:
+def _held_out(evaluator, arch_key, tasks, store=None) -> dict:
+    """One system on the held-out tasks; ``store`` replays an architecture already played (another seed's or
+    method's best, the same no-memory baseline) and what a killed evaluation had finished."""
     from routers.automem.evaluate import run_evaluation
     from routers.automem.space import Arch
 
-    t = time.perf_counter()
-    ev = run_evaluation(evaluator, Arch.parse(arch_key) if arch_key else None, tasks, "test")
+    arch = Arch.parse(arch_key) if arch_key else None
+    ev = store.get(arch, tasks) if store is not None else None
+    if ev is None:
+        ev = run_evaluation(evaluator, arch, tasks, "test")
+        if store is not None:
+            store.put(arch, tasks, ev)
     return {"arch": arch_key, "accuracy": ev.accuracy, "tokens": ev.tokens, "failed": ev.failed, "error": ev.error,
-            "wall_s": round(time.perf_counter() - t, 3), "n": len(ev.results)}
+            "wall_s": round(ev.seconds, 3), "n": len(ev.results)}
 
 
 def _mean_std(xs):
@@ -126,8 +132,9 @@ def differing_rollout_options(cfg: AutomemEvalConfig, search_dir) -> dict:
 
 def run(cfg: AutomemEvalConfig, evaluator=None, env=None) -> dict:
     from routers.automem.system import save_system_config
+    from routers.automem.trace import EvaluationStore
     from routers.memagent.rollout import env_tasks
-    from train.automem import build_evaluator
+    from train.automem import build_evaluator, evaluation_settings
 
     summary, traces = read_search(cfg.search_dir)
     diff = differing_rollout_options(cfg, cfg.search_dir)
@@ -148,7 +155,9 @@ def run(cfg: AutomemEvalConfig, evaluator=None, env=None) -> dict:
                      "options_differing_from_search": {k: list(v) for k, v in diff.items()}}
     with OutputLock(out):
         save_resolved_config(out, cfg)
-        none = _held_out(evaluator, None, tasks)
+        store = EvaluationStore(out / "evaluations.jsonl", {**evaluation_settings(cfg), "warmup": [
+            t.task_id for t in getattr(evaluator, "warmup", ())]})
+        none = _held_out(evaluator, None, tasks, store)
         for seed, by_method in traces.items():
             row = {"no_memory": none}
             for method, tr in by_method.items():
@@ -156,7 +165,7 @@ def run(cfg: AutomemEvalConfig, evaluator=None, env=None) -> dict:
                 if not best:
                     row[method] = None
                     continue
-                r = _held_out(evaluator, best["arch"], tasks)
+                r = _held_out(evaluator, best["arch"], tasks, store)
                 r.update(gain=None if r["accuracy"] is None else r["accuracy"] - none["accuracy"],
                          validation_accuracy=best["validation_accuracy"], search_accuracy=best["search_accuracy"],
                          found_at=best["found_at"], evaluations=len(tr["evaluations"]),

@@ -231,10 +231,13 @@ def test_train_and_eval_jobs_on_the_planted_world(tmp_path, monkeypatch):
     world.tasks_by_split["train"] = world.tasks("search") + world.tasks("validation")
     world.tasks_by_split["heldout"] = world.tasks("test")
 
+    built = []
+
     def fake_build(cfg, env=None):
         from routers.automem.evaluate import RolloutEvaluator
 
-        return world, RolloutEvaluator(world, ScriptedAgent(), encoder=HashEncoder(64), max_steps=3, max_words=60)
+        built.append(RolloutEvaluator(world, ScriptedAgent(), encoder=HashEncoder(64), max_steps=3, max_words=60))
+        return world, built[-1]
 
     monkeypatch.setattr(tr_job, "build_evaluator", fake_build)
     out = tmp_path / "search"
@@ -249,6 +252,8 @@ def test_train_and_eval_jobs_on_the_planted_world(tmp_path, monkeypatch):
     for f in ("results.json", "search_trace.json", "best_so_far.png", "memory_system.json"):
         assert (tmp_path / "eval" / f).stat().st_size > 0
     assert "ledger" in json.loads((tmp_path / "eval" / "search_trace.json").read_text())["0"]["automem"]
+    again = ev_job.main(["--search_dir", str(out), "--output_dir", str(tmp_path / "eval"), "--agent", "random"])
+    assert built[-1].calls == 0 and again["seeds"] == res["seeds"]  # a rerun replays every held-out evaluation
     # held-out tasks whose evidence only earlier (training) episodes carry: warmup_split plays those first
     test = world.tasks("test")
     world.tasks_by_split["heldout"] = [t for t in test if t.meta["kind"] == "unlock"]
@@ -293,3 +298,73 @@ def test_demonstrations_are_stored_but_not_scored():
     results = ev(arch, [demo, unlock])
     assert [r.task_id for r in results] == [unlock.task_id] and results[0].success  # the demo's memory unlocked it
     assert [r.task_id for r in ev(None, [demo, unlock])] == [unlock.task_id] and not ev(None, [unlock])[0].success
+
+
+def _rank_world(n_tasks: int = 4):
+    """Search and validation batches where an architecture's search accuracy and its validation accuracy are
+    opposite functions of its key: the search leader is the worst on validation."""
+    import hashlib
+
+    S = [Task(f"s-{i}", "fetch") for i in range(n_tasks)]
+    V = [Task(f"v-{i}", "fetch") for i in range(n_tasks)]
+
+    def level(arch) -> int:
+        return int(hashlib.sha256(arch.key.encode()).hexdigest(), 16) % (n_tasks + 1)
+
+    def evaluate(arch, tasks):
+        if arch is None:
+            return [TaskResult(t.task_id, False) for t in tasks]
+        lv = level(arch) if tasks[0].task_id.startswith("s-") else n_tasks - level(arch)
+        return [TaskResult(t.task_id, i < lv, tokens=10) for i, t in enumerate(tasks)]
+
+    return S, V, evaluate
+
+
+@pytest.mark.parametrize("method", ["automem", "random"])
+def test_final_validation_reports_the_best_on_validation_not_the_search_leader(method):
+    S, V, evaluate = _rank_world()
+    run = (lambda **kw: run_automem(evaluate, S, V, budget=6, k=2, seed=3, **kw)) if method == "automem" else \
+        (lambda **kw: run_random(evaluate, S, V, budget=6, seed=3, **kw))
+    one, three = run(final_validate=1), run(final_validate=3)
+    ranked = sorted(three["evaluations"], key=lambda p: (-p["accuracy"], p["cost"], p["index"]))
+    top3 = {p["arch"] for p in ranked[:3]}
+    assert top3 <= {v["arch"] for v in three["validations"]}
+    best_val = max(v["accuracy"] for v in three["validations"])
+    assert three["best"]["validation_accuracy"] == best_val
+    assert three["best"]["validation_accuracy"] > one["best"]["validation_accuracy"]  # the leader does not carry
+    with pytest.raises(ValueError):
+        run(final_validate=0)
+
+
+def test_evaluation_store_shares_identical_evaluations_across_methods_and_seeds(tmp_path):
+    from routers.automem.trace import EvaluationStore
+
+    world, inner = make_evaluator(0)
+    S, V = world.tasks("search"), world.tasks("validation")
+    ref_a = run_automem(CountingEval(inner), S, V, budget=6, k=2, seed=0)
+    ref_r = run_random(CountingEval(inner), S, V, budget=6, seed=0)
+    store = EvaluationStore(tmp_path / "evaluations.jsonl", {"env": "vault"})
+    a_eval, r_eval = CountingEval(inner), CountingEval(inner)
+    a = run_automem(a_eval, S, V, budget=6, k=2, seed=0, store=store)
+    r = run_random(r_eval, S, V, budget=6, seed=0, store=store)
+    # the baselines and the seeded random round 1 are played once, and replaying them changes no result
+    assert a["shared"] == 0 and r["shared"] >= 2
+    assert r_eval.calls == r["evaluate_calls"] == ref_r["evaluate_calls"] - r["shared"]
+    assert [p["accuracy"] for p in r["evaluations"]] == [p["accuracy"] for p in ref_r["evaluations"]]
+    assert r["best"] == ref_r["best"] and a["best"] == ref_a["best"]
+    n = len(store.records)
+    # reopened after a kill cut the last record: that record is dropped, the rest replayed; other settings share nothing
+    with open(tmp_path / "evaluations.jsonl", "a", encoding="utf-8") as fh:
+        fh.write('{"id": "cut", "evaluation": {"arch"')
+    again = EvaluationStore(tmp_path / "evaluations.jsonl", {"env": "vault"})
+    assert len(again.records) == n
+    s2 = CountingEval(inner)
+    run_automem(s2, S, V, budget=6, k=2, seed=0, store=again)
+    assert s2.calls == 0
+    other = EvaluationStore(tmp_path / "evaluations.jsonl", {"env": "vault", "memory_k": 5})
+    assert other.get(None, S) is None and again.get(None, S) is not None
+    # a crashed evaluation is not shared (it may be transient)
+    crash = ref_r["evaluations"][0]["arch"]
+    fresh = EvaluationStore(tmp_path / "fresh.jsonl", {"env": "vault"})
+    run_random(CountingEval(inner, crash_on={crash}), S, V, budget=6, seed=0, store=fresh)
+    assert fresh.get(Arch.parse(crash), S) is None

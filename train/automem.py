@@ -8,7 +8,9 @@ Builds the environment and task agent from the MemAgent rollout options (``env``
 runs the AutoMem loop and random search (``routers.automem.search``) with real rollouts
 (``routers.automem.evaluate.RolloutEvaluator``). Writes into ``output_dir``: ``seed<S>/automem_trace.json`` and
 ``seed<S>/random_trace.json`` (baseline, every evaluated architecture, ledger, observation graph, gradients,
-validations; resumable: a killed run rerun with the same command replays them), ``summary.json``,
+validations; resumable: a killed run rerun with the same command replays them), ``evaluations.jsonl`` (every
+successful evaluation, shared by both methods and all seeds: an identical evaluation is played once),
+``summary.json``,
 ``memory_system.json`` (the best validated architecture of ``export_seed``, loadable by
 ``routers.automem.load_system``) and ``resolved_config.yaml``. Held-out results: ``memroute eval automem``.
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import os
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from routers.config import check_resume_value, make_arg_parser, parse_config, save_resolved_config
@@ -38,6 +40,9 @@ class AutomemTrainConfig(RolloutConfig):
     budget: int = field(default=15, metadata={"help": "candidate evaluations per method and seed"})
     k: int = field(default=3, metadata={"help": "candidates per AutoMem round"})
     val_every: int = field(default=2, metadata={"help": "validate the Pareto leader every this many rounds"})
+    final_validate: int = field(default=3, metadata={
+        "help": "at the end, both methods validate this many best candidates by search accuracy; the best on "
+                "validation is the reported (and exported) architecture"})
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     init: str = field(default="random", metadata={"help": "round-1 candidates: random (as random search) | known "
                                                          "(human-designed systems as tuples)"})
@@ -57,7 +62,8 @@ class AutomemTrainConfig(RolloutConfig):
         super().__post_init__()
         raise_option_problems(option_problems([
             int_option(self.n_search, "n_search"), int_option(self.n_val, "n_val"), int_option(self.budget, "budget"),
-            int_option(self.k, "k"), int_option(self.val_every, "val_every"), int_option(self.memory_k, "memory_k"),
+            int_option(self.k, "k"), int_option(self.val_every, "val_every"),
+            int_option(self.final_validate, "final_validate"), int_option(self.memory_k, "memory_k"),
             int_option(self.memory_words, "memory_words"), (bool(self.seeds), "seeds must list at least one seed"),
             (self.init in ("random", "known"), f"init must be random or known, got {self.init!r}"),
             (self.proposer in ("rule", "llm"), f"proposer must be rule or llm, got {self.proposer!r}"),
@@ -111,7 +117,7 @@ def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
     from routers.automem.proposer import LLMProposer
     from routers.automem.search import run_automem, run_random
     from routers.automem.system import save_system_config
-    from routers.automem.trace import first_reach
+    from routers.automem.trace import EvaluationStore, first_reach
     from routers.memagent.rollout import env_tasks
 
     if evaluator is None:
@@ -128,16 +134,21 @@ def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
     summary = {"schema_version": 1, "config": asdict(cfg), "seeds": {}}
     with OutputLock(out):
         save_resolved_config(out, cfg)
+        if cfg.resume == "never":
+            (out / "evaluations.jsonl").unlink(missing_ok=True)
+        store = EvaluationStore(out / "evaluations.jsonl", evaluation_settings(cfg))
         for seed in cfg.seeds:
             d = out / f"seed{seed}"
             proposer = LLMProposer(llm) if cfg.proposer == "llm" else None
             a = run_automem(evaluator, search, val, budget=cfg.budget, k=cfg.k, val_every=cfg.val_every, seed=seed,
                             trace_path=d / "automem_trace.json", fingerprint=fp, proposer=proposer,
-                            diagnosis_llm=llm, init=cfg.init, resume=cfg.resume)
+                            diagnosis_llm=llm, init=cfg.init, resume=cfg.resume,
+                            final_validate=cfg.final_validate, store=store)
             row = {"automem": _brief(a)}
             if cfg.random_baseline:
                 r = run_random(evaluator, search, val, budget=cfg.budget, seed=seed,
-                               trace_path=d / "random_trace.json", fingerprint=fp, resume=cfg.resume)
+                               trace_path=d / "random_trace.json", fingerprint=fp, resume=cfg.resume,
+                               final_validate=cfg.final_validate, store=store)
                 row["random"] = _brief(r)
                 target = max((x for x in r["best_so_far"] if x is not None), default=None)
                 row["automem_reaches_random_best_at"] = (first_reach(a["best_so_far"], target)
@@ -156,9 +167,19 @@ def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
     return summary
 
 
+def evaluation_settings(cfg) -> dict:
+    """What a rollout evaluation depends on (the key of the shared evaluation store): the environment and agent
+    options and the memory systems' options; not the search's own (method, seed, budget) nor thread counts.
+    ``cfg``: the search's or the held-out evaluation's config (both carry these fields)."""
+    keep = {f.name for f in fields(RolloutConfig)} - {"torch_threads"}
+    return {**{k: v for k, v in asdict(cfg).items() if k in keep}, "memory_llm": cfg.memory_llm,
+            "retriever": cfg.retriever, "memory_k": cfg.memory_k, "memory_words": cfg.memory_words}
+
+
 def _brief(trace: dict) -> dict:
     return {"best": trace["best"], "baseline": trace["baseline"], "evaluations": len(trace["evaluations"]),
-            "evaluate_calls": trace["evaluate_calls"], "candidate_tokens": trace["candidate_tokens"],
+            "validations": len(trace["validations"]), "evaluate_calls": trace["evaluate_calls"],
+            "shared": trace.get("shared", 0), "candidate_tokens": trace["candidate_tokens"],
             "rejected_invalid": trace.get("rejected_invalid", 0), "wall_s": trace["wall_s"],
             "failed": sum(1 for p in trace["evaluations"] if p["failed"])}
 

@@ -11,8 +11,11 @@ Per round: K proposals (an invalid one is rejected, counted and resampled; dupli
 each evaluated on the search batch (a crash is a failed candidate, kept in the trace); the observation graph
 takes each candidate's per-pattern gain; differential validation settles the ledger entries the candidates
 tested; the Pareto front (accuracy, gain, cost) names the leader, validated every ``val_every`` rounds; the
-round's failures are diagnosed into the next textual gradient. Everything is in the trace JSON, written after
-every evaluation; rerunning resumes from it without re-evaluating.
+round's failures are diagnosed into the next textual gradient. At the end both methods validate their
+``final_validate`` best candidates by search accuracy (then cost) and report the best on validation: a search-batch
+leader that does not carry over loses to a runner-up that does. Everything is in the trace JSON, written after
+every evaluation; rerunning resumes from it without re-evaluating (``store``: evaluations shared with other
+traces, ``routers.automem.trace.EvaluationStore``).
 """
 
 from __future__ import annotations
@@ -56,6 +59,17 @@ def _validate(rt: Runtime, arch_key: str, val_tasks, base_val: Evaluation, round
             "failed": ev.failed}
 
 
+def _validate_top(rt: Runtime, points: list[dict], m: int, validations: list[dict], val_tasks, base_val: Evaluation,
+                  round_: int) -> None:
+    """Validate the ``m`` best candidates by search accuracy (then lower cost, then earlier) not validated yet."""
+    done = {v["arch"] for v in validations}
+    ranked = sorted((p for p in points if not p["failed"]), key=lambda p: (-p["accuracy"], p["cost"], p["index"]))
+    for p in ranked[:m]:
+        if p["arch"] not in done:
+            validations.append(_validate(rt, p["arch"], val_tasks, base_val, round_, p))
+            done.add(p["arch"])
+
+
 def _final(validations: list[dict], points: list[dict]) -> dict | None:
     ok = [v for v in validations if v["accuracy"] is not None]
     if not ok:
@@ -71,20 +85,21 @@ def _summary(rt: Runtime, points, base_s, base_v, extra: dict, t0: float) -> dic
     return {"baseline": {"search_accuracy": base_s.accuracy, "validation_accuracy": base_v.accuracy,
                          "search_tokens": base_s.tokens, "validation_tokens": base_v.tokens},
             "evaluations": points, "best_so_far": curve, "evaluate_calls": rt.calls, "replayed": rt.replayed,
-            "candidate_tokens": sum(p["tokens"] for p in points), "wall_s": round(time.perf_counter() - t0, 3),
+            "shared": rt.shared, "candidate_tokens": sum(p["tokens"] for p in points), "wall_s": round(time.perf_counter() - t0, 3),
             **extra}
 
 
 def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequence, *, budget: int = 15, k: int = 3,
                 val_every: int = 2, seed: int = 0, trace_path=None, fingerprint: dict | None = None, proposer=None,
-                diagnosis_llm=None, init: str = "random", resume: str = "auto", max_resample: int = 50) -> dict:
-    if budget < 1 or k < 1 or val_every < 1:
-        raise ValueError("budget, k and val_every must be >= 1")
+                diagnosis_llm=None, init: str = "random", resume: str = "auto", max_resample: int = 50,
+                final_validate: int = 3, store=None) -> dict:
+    if budget < 1 or k < 1 or val_every < 1 or final_validate < 1:
+        raise ValueError("budget, k, val_every and final_validate must be >= 1")
     t0 = time.perf_counter()
     fp = {"method": "automem", "budget": budget, "k": k, "val_every": val_every, "seed": seed, "init": init,
           "search_tasks": [t.task_id for t in search_tasks], "val_tasks": [t.task_id for t in val_tasks],
-          "proposer": getattr(proposer, "name", "rule"), **(fingerprint or {})}
-    rt = Runtime(evaluate, trace_path, fp, "automem", resume)
+          "proposer": getattr(proposer, "name", "rule"), "final_validate": final_validate, **(fingerprint or {})}
+    rt = Runtime(evaluate, trace_path, fp, "automem", resume, store)
     proposer = proposer or RuleProposer()
     rng = random.Random(seed)
     base_s = rt.run(None, search_tasks, "search")
@@ -162,19 +177,23 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
         rt.save(state())
         log.info("automem round %d: %d evaluated, leader %s (%.3f), gradient %s/%s", round_, len(points), lead_key,
                  lead["accuracy"] if lead else float("nan"), gradient["letter"], gradient["failure_mode"])
+    _validate_top(rt, points, final_validate, validations, val_tasks, base_v, round_)
     out = state()
     rt.save(out)
     return out
 
 
 def run_random(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequence, *, budget: int = 15, seed: int = 0,
-               trace_path=None, fingerprint: dict | None = None, resume: str = "auto") -> dict:
-    """Uniform samples of the valid space (without replacement), the best by search accuracy (then cost)
-    validated at the end."""
+               trace_path=None, fingerprint: dict | None = None, resume: str = "auto", final_validate: int = 3,
+               store=None) -> dict:
+    """Uniform samples of the valid space (without replacement); the ``final_validate`` best by search accuracy
+    (then cost) validated at the end, as AutoMem's."""
+    if budget < 1 or final_validate < 1:
+        raise ValueError("budget and final_validate must be >= 1")
     t0 = time.perf_counter()
     fp = {"method": "random", "budget": budget, "seed": seed, "search_tasks": [t.task_id for t in search_tasks],
-          "val_tasks": [t.task_id for t in val_tasks], **(fingerprint or {})}
-    rt = Runtime(evaluate, trace_path, fp, "random", resume)
+          "val_tasks": [t.task_id for t in val_tasks], "final_validate": final_validate, **(fingerprint or {})}
+    rt = Runtime(evaluate, trace_path, fp, "random", resume, store)
     rng = random.Random(seed)
     base_s = rt.run(None, search_tasks, "search")
     base_v = rt.run(None, val_tasks, "validation")
@@ -189,10 +208,7 @@ def run_random(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequence
         ev = rt.run(arch, search_tasks, "search")
         points.append(_point(ev, base_s, i, i + 1, 0, Proposal(arch, "random")))
         rt.save(state())
-    ok = [p for p in points if not p["failed"]]
-    if ok:
-        best = max(ok, key=lambda p: (p["accuracy"], -p["cost"], -p["index"]))
-        validations.append(_validate(rt, best["arch"], val_tasks, base_v, len(points), best))
+    _validate_top(rt, points, final_validate, validations, val_tasks, base_v, len(points))
     out = state()
     rt.save(out)
     return out

@@ -1,16 +1,24 @@
 """The search trace and its evaluation cache: every evaluation is appended to the trace JSON (written
 atomically) as soon as it finishes, so a killed search rerun with the same settings replays the recorded
 evaluations and calls ``evaluate`` only for what is missing (the search itself is deterministic given its
-seed and the evaluation results). A trace written with other settings is refused unless ``resume='never'``."""
+seed and the evaluation results). A trace written with other settings is refused unless ``resume='never'``.
+
+:class:`EvaluationStore` shares evaluations between traces: a rollout evaluation depends on the architecture, the
+task batch and the rollout options, not on which method or seed asked for it, so AutoMem, random search and every
+seed of one search directory replay one another's identical evaluations (the no-memory baselines, the seeded
+random round 1, architectures both methods reach) instead of playing them again. Each trace still records every
+evaluation it used, and the budget still counts them all."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Sequence
 
 from routers.automem.evaluate import EvaluateFn, Evaluation, run_evaluation
 from routers.automem.space import Arch
+from routers.io import ResumableJsonlWriter, read_jsonl
 from routers.logs import get_logger
 
 log = get_logger(__name__)
@@ -26,12 +34,51 @@ def _key(arch: Arch | None, batch: str) -> str:
     return f"{batch}::{arch.key if arch is not None else 'none'}"
 
 
+def _digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+
+
+class EvaluationStore:
+    """Successful evaluations keyed by (evaluation settings, architecture, task ids), in an append-only JSONL file
+    (one fsynced record per evaluation; a line cut by a kill is dropped on reopen, a malformed one names file and
+    line). Failed evaluations are not shared: a crash may be transient, so another trace plays the candidate again.
+    ``settings``: everything the rollouts depend on (environment, agent, memory options)."""
+
+    def __init__(self, path, settings: dict):
+        self.path = Path(path)
+        self.settings = _digest(settings)
+        self.writer = ResumableJsonlWriter(self.path, key="id", on_duplicate="skip")  # repairs a cut tail first
+        self.records = {r["id"]: r["evaluation"] for r in read_jsonl(self.path, required=("id", "evaluation"))}
+        self.hits = 0
+
+    def key(self, arch: Arch | None, tasks: Sequence) -> str:
+        return _digest([self.settings, arch.key if arch is not None else None, [t.task_id for t in tasks]])
+
+    def get(self, arch: Arch | None, tasks: Sequence) -> Evaluation | None:
+        rec = self.records.get(self.key(arch, tasks))
+        if rec is None:
+            return None
+        self.hits += 1
+        return Evaluation.from_dict(rec)
+
+    def put(self, arch: Arch | None, tasks: Sequence, ev: Evaluation) -> None:
+        if ev.failed:
+            return
+        key = self.key(arch, tasks)
+        self.records[key] = ev.to_dict()
+        self.writer.write({"id": key, "arch": arch.key if arch is not None else None, "batch": ev.batch,
+                           "evaluation": self.records[key]})
+
+
 class Runtime:
-    """Evaluations through a cache backed by the trace file; ``calls`` (new evaluations), ``replayed``."""
+    """Evaluations through a cache backed by the trace file (then ``store``, shared with other traces);
+    ``calls`` (new evaluations), ``replayed`` (from this trace), ``shared`` (from the store)."""
 
     def __init__(self, evaluate: EvaluateFn, trace_path=None, fingerprint: dict | None = None, method: str = "automem",
-                 resume: str = "auto"):
+                 resume: str = "auto", store: EvaluationStore | None = None):
         self.evaluate = evaluate
+        self.store = store
+        self.shared = 0
         self.path = Path(trace_path) if trace_path else None
         self.fingerprint = fingerprint or {}
         self.method = method
@@ -66,8 +113,15 @@ class Runtime:
         rec = self.cache.get(key)
         fresh = rec is None
         if fresh:
-            self.calls += 1
-            ev = run_evaluation(self.evaluate, arch, tasks, batch)
+            ev = self.store.get(arch, tasks) if self.store is not None else None
+            if ev is None:
+                self.calls += 1
+                ev = run_evaluation(self.evaluate, arch, tasks, batch)
+                if self.store is not None:
+                    self.store.put(arch, tasks, ev)
+            else:
+                self.shared += 1
+                ev.batch = batch
             rec = {"key": key, "evaluation": ev.to_dict()}
             self.cache[key] = rec
         else:
