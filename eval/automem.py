@@ -170,6 +170,7 @@ def run(cfg: AutomemEvalConfig, evaluator=None, env=None) -> dict:
                          validation_accuracy=best["validation_accuracy"], search_accuracy=best["search_accuracy"],
                          found_at=best["found_at"], evaluations=len(tr["evaluations"]),
                          search_tokens=tr["candidate_tokens"], search_wall_s=tr["wall_s"],
+                         search_candidate_s=tr.get("candidate_s"),
                          rejected_invalid=tr.get("rejected_invalid", 0))
                 row[method] = r
             results["seeds"][seed] = row

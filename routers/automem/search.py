@@ -85,7 +85,8 @@ def _summary(rt: Runtime, points, base_s, base_v, extra: dict, t0: float) -> dic
     return {"baseline": {"search_accuracy": base_s.accuracy, "validation_accuracy": base_v.accuracy,
                          "search_tokens": base_s.tokens, "validation_tokens": base_v.tokens},
             "evaluations": points, "best_so_far": curve, "evaluate_calls": rt.calls, "replayed": rt.replayed,
-            "shared": rt.shared, "candidate_tokens": sum(p["tokens"] for p in points), "wall_s": round(time.perf_counter() - t0, 3),
+            "shared": rt.shared, "candidate_tokens": sum(p["tokens"] for p in points),
+            "candidate_s": round(sum(p["seconds"] for p in points), 3), "wall_s": round(time.perf_counter() - t0, 3),
             **extra}
 
 
