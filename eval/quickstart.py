@@ -50,7 +50,7 @@ class QuickstartConfig:
         "help": "0 on CPU: peft's dropout path costs ~27 % of a training step here (measured: eval/bench/training_step.py)"})
     lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
     lambda_rep: float = field(default=0.0, metadata={"help": "distillation weight (needs train_top_layers: null)"})
-    num_train_epochs: float = 3.0
+    num_train_epochs: float = 2.6
     max_steps: int = field(default=-1, metadata={"help": "> 0 overrides num_train_epochs"})
     per_device_train_batch_size: int = 8
     learning_rate: float = 1e-3
