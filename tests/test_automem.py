@@ -368,3 +368,20 @@ def test_evaluation_store_shares_identical_evaluations_across_methods_and_seeds(
     fresh = EvaluationStore(tmp_path / "fresh.jsonl", {"env": "vault"})
     run_random(CountingEval(inner, crash_on={crash}), S, V, budget=6, seed=0, store=fresh)
     assert fresh.get(Arch.parse(crash), S) is None
+
+
+def test_a_replayed_trace_keeps_its_recorded_wall_time(tmp_path):
+    import time
+
+    world, inner = make_evaluator(0)
+    S, V = world.tasks("search"), world.tasks("validation")
+
+    def slow(arch, tasks):
+        time.sleep(0.02)
+        return inner(arch, tasks)
+
+    played = run_random(slow, S, V, budget=4, seed=0, trace_path=tmp_path / "r.json")
+    replayed = run_random(CountingEval(inner), S, V, budget=4, seed=0, trace_path=tmp_path / "r.json")
+    assert played["wall_s"] >= 0.02 * played["evaluate_calls"] and replayed["evaluate_calls"] == 0
+    assert replayed["wall_s"] >= played["wall_s"]
+    assert json.loads((tmp_path / "r.json").read_text())["wall_s"] == replayed["wall_s"]

@@ -72,7 +72,8 @@ class EvaluationStore:
 
 class Runtime:
     """Evaluations through a cache backed by the trace file (then ``store``, shared with other traces);
-    ``calls`` (new evaluations), ``replayed`` (from this trace), ``shared`` (from the store)."""
+    ``calls`` (new evaluations), ``replayed`` (from this trace), ``shared`` (from the store). A resumed trace's
+    ``wall_s`` adds this process's time to what the trace had recorded (a replay does not reset it to ~0)."""
 
     def __init__(self, evaluate: EvaluateFn, trace_path=None, fingerprint: dict | None = None, method: str = "automem",
                  resume: str = "auto", store: EvaluationStore | None = None):
@@ -87,6 +88,7 @@ class Runtime:
         self.calls = 0
         self.replayed = 0
         self.state: dict = {}
+        self.prior_wall_s = 0.0  # wall time the trace recorded before this process resumed it
         if self.path is not None and self.path.exists():
             if resume == "never":
                 self.path.unlink()
@@ -106,6 +108,7 @@ class Runtime:
             raise TraceMismatch(f"{self.path}: written with other settings ({diff}); use resume=never to start over")
         for rec in old.get("log", []):
             self.cache[rec["key"]] = rec
+        self.prior_wall_s = float(old.get("wall_s") or 0.0)
         log.info("%s: resuming, %d evaluations recorded", self.path, len(self.cache))
 
     def run(self, arch: Arch | None, tasks: Sequence, batch: str) -> Evaluation:
