@@ -6,10 +6,10 @@ best, per seed, on the test split; the search traces; the best-so-far plot; the 
 
 Reads ``search_dir`` (``memroute train automem``'s output: ``summary.json``, ``seed<S>/*_trace.json``), plays
 the first ``n_test`` tasks of ``test_split`` (memory accumulates in task order, from empty) with each system
-and writes into ``output_dir``: ``evaluations.jsonl`` (each distinct system's held-out evaluation, played once:
-a rerun or another seed's identical architecture replays it), ``results.json`` (per seed: accuracy, gain over no memory, tokens, wall time,
-evaluations used, and the mean / std over seeds), ``search_trace.json`` (per seed and method: every evaluated
-architecture, the ledger, the observation graph, gradients, validations), ``best_so_far.png`` (best search
+and writes into ``output_dir``: ``evaluations.jsonl`` (each distinct system's held-out evaluation, played
+once: a rerun or another seed's identical architecture replays it), ``results.json`` (per seed: accuracy, gain
+over no memory, tokens, wall time, evaluations used, and the mean / std over seeds), ``search_trace.json`` (per
+seed and method: every evaluated architecture, the ledger, the observation graph, gradients, validations), ``best_so_far.png`` (best search
 accuracy vs evaluations, AutoMem and random search, every seed) and ``memory_system.json`` (the best AutoMem
 architecture over seeds by validation accuracy, with its held-out metrics; ``routers.automem.load_system``).
 """

@@ -86,7 +86,8 @@ def _summary(rt: Runtime, points, base_s, base_v, extra: dict, t0: float) -> dic
                          "search_tokens": base_s.tokens, "validation_tokens": base_v.tokens},
             "evaluations": points, "best_so_far": curve, "evaluate_calls": rt.calls, "replayed": rt.replayed,
             "shared": rt.shared, "candidate_tokens": sum(p["tokens"] for p in points),
-            "candidate_s": round(sum(p["seconds"] for p in points), 3), "wall_s": round(rt.prior_wall_s + time.perf_counter() - t0, 3),
+            "candidate_s": round(sum(p["seconds"] for p in points), 3),
+            "wall_s": round(rt.prior_wall_s + time.perf_counter() - t0, 3),
             **extra}
 
 

@@ -49,17 +49,13 @@ class EvaluationStore:
         self.settings = _digest(settings)
         self.writer = ResumableJsonlWriter(self.path, key="id", on_duplicate="skip")  # repairs a cut tail first
         self.records = {r["id"]: r["evaluation"] for r in read_jsonl(self.path, required=("id", "evaluation"))}
-        self.hits = 0
 
     def key(self, arch: Arch | None, tasks: Sequence) -> str:
         return _digest([self.settings, arch.key if arch is not None else None, [t.task_id for t in tasks]])
 
     def get(self, arch: Arch | None, tasks: Sequence) -> Evaluation | None:
         rec = self.records.get(self.key(arch, tasks))
-        if rec is None:
-            return None
-        self.hits += 1
-        return Evaluation.from_dict(rec)
+        return None if rec is None else Evaluation.from_dict(rec)
 
     def put(self, arch: Arch | None, tasks: Sequence, ev: Evaluation) -> None:
         if ev.failed:
