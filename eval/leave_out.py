@@ -57,6 +57,12 @@ class LeaveOutConfig:
     base_model: str | None = field(default=None, metadata={"help": "base model / encoder (default: SmolLM2 / MiniLM)"})
     eval_recipe: str | None = field(default=None, metadata={"help": "recipe of the per-model evaluator"})
     eval_args: str = field(default="", metadata={"help": "more evaluator flags, one string"})
+    calibration_travel: bool = field(default=True, metadata={
+        "help": "sufficiency: also score the router without C on the other corpora's held-out files, calibrate tau "
+                "there and judge it on C (eval/calibration_travel.py)"})
+    target_precision: float = field(default=0.9, metadata={"help": "stop-precision target of the calibration"})
+    recalibration_labels: list[int] = field(default_factory=lambda: [20, 40], metadata={
+        "help": "k: also recalibrate tau from k labelled samples of C (random draws), judged on the rest"})
     output_dir: str = "results/leave_out"
     seed: int = 0
 
@@ -223,6 +229,46 @@ def score_retrieval(cfg: LeaveOutConfig, corpus: str, held: Path, models: dict[s
     return out
 
 
+def calibration_of(cfg: LeaveOutConfig, sources: dict, corpus: str, router: str, root: Path) -> dict:
+    """tau calibrated on the training corpora's held-out samples, judged on C; and recalibrated from k of C's."""
+    from eval.calibration_travel import recalibrate_with_labels, travel
+
+    eval_main, pooled = _evaluator("sufficiency"), []
+    for other in sorted(sources):
+        if other == corpus:
+            continue
+        out = root / "calibration" / other
+        eval_main(([cfg.eval_recipe] if cfg.eval_recipe else []) + [
+            "--data", str(_held_out(sources[other], other)), "--router", router, "--output_dir", str(out),
+            "--base_model", "none"] + shlex.split(cfg.eval_args))
+        pooled += list(read_jsonl(out / "scores.jsonl"))
+    target = list(read_jsonl(root / "without" / "scores.jsonl"))
+    return {"calibrated_on": [c for c in sorted(sources) if c != corpus],
+            "travel": travel(pooled, target, cfg.target_precision),
+            "recalibrated": [r for k in cfg.recalibration_labels
+                             if (r := recalibrate_with_labels(target, k, target_precision=cfg.target_precision,
+                                                              seed=cfg.seed))]}
+
+
+def format_calibration(rows: dict) -> str:
+    def f(x):
+        return f"{x:.3f}" if isinstance(x, (int, float)) and x == x else "n/a"
+
+    lines = ["| left-out corpus | tau (training corpora) | stop-precision on C | early termination on C | "
+             "travels (>= target - 0.05) | k labels of C: mean precision / share of draws >= target - 0.05 / early termination |",
+             "|---|---|---|---|---|---|"]
+    for corpus, r in rows.items():
+        cal = r.get("calibration")
+        if not cal:
+            continue
+        t = cal["travel"]
+        recal = "; ".join(f"k={x['k']}: {f(x['mean_precision'])} / {f(x['share_travels'])} / "
+                          f"{f(x['mean_early_termination_rate'])}" for x in cal["recalibrated"]) or "n/a"
+        lines.append(f"| {corpus} | {f(t['tau'])} | {f(t['precision'])} | {f(t['early_termination_rate'])} | "
+                     f"{t['travels'] if t['travels'] is not None else 'no stop'} | {recal} |")
+    return "\n".join(lines) + "\n" if len(lines) > 2 else ""
+
+
 # -- the report -----------------------------------------------------------------------------------------------
 def format_table(kind: str, rows: dict) -> str:
     metric = METRICS[kind][0]
@@ -289,7 +335,11 @@ def run(kind: str, cfg: LeaveOutConfig, trainer: Callable | None = None) -> dict
                 score_retrieval(cfg, corpus, held, models, root)
             rows[corpus] = {**score, "held_out": str(held), "train_without": {"file": str(root / "train_without.jsonl"),
                             "samples": info.get("samples")}, "models": models}
+            if kind == "sufficiency" and cfg.calibration_travel:
+                rows[corpus]["calibration"] = calibration_of(cfg, sources, corpus, str(router), root)
         table = format_table(kind, rows)
+        if kind == "sufficiency" and cfg.calibration_travel:
+            table += f"\nCalibration travel (target stop-precision {cfg.target_precision}):\n\n" + format_calibration(rows)
         atomic_write_text(out / "leave_out.md", table)
         bar_plot(kind, rows, out / "leave_out.png")
         result = {"kind": kind, "config": asdict(cfg), "corpora": sorted(sources), "results": rows,

@@ -84,6 +84,42 @@ def _pop_config_flag(argv: list[str], config_path: str | None) -> str | None:
     return value
 
 
+def _optional_fields(types: Sequence[type]) -> set[str]:
+    """Fields whose type admits None (``X | None``): ``--field null`` sets them to None, as ``field: null`` does."""
+    import types as _types
+    import typing
+
+    out = set()
+    for t in types:
+        try:
+            hints = typing.get_type_hints(t)
+        except Exception:  # an unresolvable annotation: such a field simply takes no CLI null
+            continue
+        for f in dataclasses.fields(t):
+            tp = hints.get(f.name)
+            if f.init and (typing.get_origin(tp) in (typing.Union, _types.UnionType)) and type(None) in typing.get_args(tp):
+                out.add(f.name)
+    return out
+
+
+def _pop_null_flags(argv: list[str], types: Sequence[type]) -> dict[str, None]:
+    """Remove ``--field null`` / ``--field=null`` of optional fields from ``argv``; return {field: None}.
+
+    argparse would read ``null`` as the string (or refuse it for an int), so a recipe's value could not be
+    cleared from the command line -- e.g. ``--eval_episodes null --eval_fraction 0.2``."""
+    optional, nulls, i = _optional_fields(types), {}, 0
+    while i < len(argv):
+        tok = argv[i]
+        name, eq, value = tok[2:].partition("=") if tok.startswith("--") else ("", "", "")
+        name = name.replace("-", "_")
+        if name in optional and ((eq and value == "null") or (not eq and i + 1 < len(argv) and argv[i + 1] == "null")):
+            del argv[i:i + (1 if eq else 2)]
+            nulls[name] = None
+            continue
+        i += 1
+    return nulls
+
+
 def parse_config(parser, types: Sequence[type], argv: Sequence[str] | None = None):
     """Parse ``[recipe.yaml] [--config recipe.yaml] [--flag value ...]`` into dataclass instances."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -91,6 +127,7 @@ def parse_config(parser, types: Sequence[type], argv: Sequence[str] | None = Non
     if argv and argv[0].endswith((".yaml", ".yml")) and not argv[0].startswith("-"):
         config_path = argv.pop(0)
     config_path = _pop_config_flag(argv, config_path)
+    nulls = _pop_null_flags(argv, types)
     if config_path:
         values = load_yaml(config_path)
         check_keys(values, types, config_path)
@@ -112,6 +149,7 @@ def parse_config(parser, types: Sequence[type], argv: Sequence[str] | None = Non
     out = []
     args = vars(namespace)
     args.pop("config", None)
+    args.update(nulls)
     for t in types:
         names = {f.name for f in dataclasses.fields(t) if f.init}
         try:

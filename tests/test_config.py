@@ -163,3 +163,19 @@ def test_shipped_prefix_synthesis_recipe_parses():
     (cfg,) = parse_config(make_parser(), [SufficiencySynthConfig], [str(root / "configs/sufficiency/synth/locomo_prefix.yaml")])
     assert cfg.prefix_top_k == [3, 5, 8, 10] and cfg.intervention_samples is False
     assert cfg.eval_episodes == ["conv-26", "conv-30"]
+
+
+def test_cli_null_clears_an_optional_recipe_value(tmp_path):
+    """``--field null`` sets an optional field to None over the recipe (argparse alone read the string 'null',
+    so the documented ``--eval_episodes null --eval_fraction 0.2`` kept the recipe's episodes and failed)."""
+    from data_synthesis.sufficiency import SufficiencySynthConfig
+
+    path = tmp_path / "synth.yaml"
+    path.write_text("eval_episodes: [conv-26]\nmax_qa_per_episode: 5\noutput_dir: out\n")
+    types = [SufficiencySynthConfig]
+    (cfg,) = parse_config(make_arg_parser(types), types, [str(path), "--eval_episodes", "null",
+                                                          "--eval_fraction", "0.2", "--max_qa_per_episode=null"])
+    assert cfg.eval_episodes is None and cfg.eval_fraction == 0.2 and cfg.max_qa_per_episode is None
+    # a non-optional field keeps argparse's reading, and the word in a list value is just a word
+    args, _ = parse(["--model", "null", "--tags", "a", "null", "--output_dir", str(tmp_path / "o")])
+    assert args.model == "null" and args.tags == ["a", "null"]

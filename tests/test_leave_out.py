@@ -91,7 +91,12 @@ def test_leave_out_trains_without_scores_and_resumes(corpora, recipe, tiny_llama
         row = result["results"][name]
         assert row["base"]["n"] == 6 and row["without"]["auroc"] is not None
         assert ("in_corpus" in row) == (name == "beta")
-    table = (tmp_path / "out" / "leave_out.md").read_text().splitlines()
+        cal = row["calibration"]  # tau from the other two corpora's held-out scores, judged on this one
+        assert cal["calibrated_on"] == sorted(set(corpora) - {name})
+        assert cal["travel"]["n_calibration"] == 12 and cal["travel"]["n"] == 6
+        assert cal["recalibrated"] == []  # 20 / 40 labels: more than the 6 held-out samples
+    assert "Calibration travel" in (tmp_path / "out" / "leave_out.md").read_text()
+    table = (tmp_path / "out" / "leave_out.md").read_text().split("\n\nCalibration")[0].splitlines()
     assert "base auroc" in table[0] and "without auroc" in table[0] and "in_corpus auroc" in table[0]
     assert [line.split("|")[1].strip() for line in table[2:]] == ["alpha", "beta", "gamma"]
     assert (tmp_path / "out" / "leave_out.png").stat().st_size > 0
@@ -102,6 +107,7 @@ def test_leave_out_trains_without_scores_and_resumes(corpora, recipe, tiny_llama
     for name in corpora:
         assert again["results"][name]["without"]["from_cache"] == 6  # every score reused
         assert again["results"][name]["without"]["auroc"] == result["results"][name]["without"]["auroc"]
+        assert again["results"][name]["calibration"] == result["results"][name]["calibration"]
 
 
 def test_cli_dispatch_and_explicit_files(corpora, tiny_llama_dir, router_dir, tmp_path, one_torch_thread):
