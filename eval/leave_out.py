@@ -35,6 +35,7 @@ log = get_logger(__name__)
 
 KINDS = ("sufficiency", "retrieval")
 MODELS = ("base", "without", "in_corpus")
+RETRIEVAL_EXTRA = ["bm25", "hybrid_base", "hybrid_without", "hybrid_in_corpus"]
 METRICS = {"sufficiency": ("auroc", "ap"), "retrieval": ("recall@5", "mrr@10")}
 DEFAULT_BASE = {"sufficiency": "HuggingFaceTB/SmolLM2-135M-Instruct",
                 "retrieval": "sentence-transformers/all-MiniLM-L6-v2"}
@@ -61,6 +62,8 @@ class LeaveOutConfig:
         "help": "sufficiency: also score the router without C on the other corpora's held-out files, calibrate tau "
                 "there and judge it on C (eval/calibration_travel.py)"})
     target_precision: float = field(default=0.9, metadata={"help": "stop-precision target of the calibration"})
+    retrieval_hybrid: bool = field(default=True, metadata={
+        "help": "retrieval: also score each encoder inside the hybrid prefix (BM25 + dense), as deployed"})
     recalibration_labels: list[int] = field(default_factory=lambda: [20, 40], metadata={
         "help": "k: also recalibrate tau from k labelled samples of C (random draws), judged on the rest"})
     output_dir: str = "results/leave_out"
@@ -209,6 +212,8 @@ def score_sufficiency(cfg: LeaveOutConfig, held: Path, models: dict[str, str | N
 
 
 def score_retrieval(cfg: LeaveOutConfig, corpus: str, held: Path, models: dict[str, str | None], root: Path) -> dict:
+    """{system: {recall@5, mrr@10, n}}: BM25, the base encoder, the router without C (and in-corpus), each also
+    as the hybrid prefix a deployment uses (BM25 + dense: ``hybrid_base``, ``hybrid_without``, ...)."""
     eval_main = _evaluator("retrieval")
     episodes = sorted({r["episode_id"] for r in read_jsonl(held) if r.get("source", corpus) == corpus})
     paths = _by_name(cfg.corpus_paths, "--corpus_paths")
@@ -217,6 +222,8 @@ def score_retrieval(cfg: LeaveOutConfig, corpus: str, held: Path, models: dict[s
         if not models.get(name):
             continue
         systems = ["bm25", "base", "trained"] if name == "without" else ["trained"]
+        if cfg.retrieval_hybrid:
+            systems += ["hybrid_base", "hybrid_trained"] if name == "without" else ["hybrid_trained"]
         argv = ([cfg.eval_recipe] if cfg.eval_recipe else []) + [
             "--corpus", corpus, "--eval_episodes", *episodes, "--trained_encoder", str(models[name]),
             "--base_encoder", models["base"], "--systems", *systems, "--output_dir", str(root / name)]
@@ -224,55 +231,16 @@ def score_retrieval(cfg: LeaveOutConfig, corpus: str, held: Path, models: dict[s
             argv += ["--corpus_path", paths[corpus]]
         result = eval_main(argv + shlex.split(cfg.eval_args))
         for system, m in result["systems"].items():
-            key = {"trained": name}.get(system, system)
+            key = {"trained": name, "hybrid_trained": f"hybrid_{name}"}.get(system, system)
             out[key] = {"recall@5": m.get("recall@5"), "mrr@10": m.get("mrr@10"), "n": m.get("n_queries")}
     return out
-
-
-def calibration_of(cfg: LeaveOutConfig, sources: dict, corpus: str, router: str, root: Path) -> dict:
-    """tau calibrated on the training corpora's held-out samples, judged on C; and recalibrated from k of C's."""
-    from eval.calibration_travel import recalibrate_with_labels, travel
-
-    eval_main, pooled = _evaluator("sufficiency"), []
-    for other in sorted(sources):
-        if other == corpus:
-            continue
-        out = root / "calibration" / other
-        eval_main(([cfg.eval_recipe] if cfg.eval_recipe else []) + [
-            "--data", str(_held_out(sources[other], other)), "--router", router, "--output_dir", str(out),
-            "--base_model", "none"] + shlex.split(cfg.eval_args))
-        pooled += list(read_jsonl(out / "scores.jsonl"))
-    target = list(read_jsonl(root / "without" / "scores.jsonl"))
-    return {"calibrated_on": [c for c in sorted(sources) if c != corpus],
-            "travel": travel(pooled, target, cfg.target_precision),
-            "recalibrated": [r for k in cfg.recalibration_labels
-                             if (r := recalibrate_with_labels(target, k, target_precision=cfg.target_precision,
-                                                              seed=cfg.seed))]}
-
-
-def format_calibration(rows: dict) -> str:
-    def f(x):
-        return f"{x:.3f}" if isinstance(x, (int, float)) and x == x else "n/a"
-
-    lines = ["| left-out corpus | tau (training corpora) | stop-precision on C | early termination on C | "
-             "travels (>= target - 0.05) | k labels of C: mean precision / share of draws >= target - 0.05 / early termination |",
-             "|---|---|---|---|---|---|"]
-    for corpus, r in rows.items():
-        cal = r.get("calibration")
-        if not cal:
-            continue
-        t = cal["travel"]
-        recal = "; ".join(f"k={x['k']}: {f(x['mean_precision'])} / {f(x['share_travels'])} / "
-                          f"{f(x['mean_early_termination_rate'])}" for x in cal["recalibrated"]) or "n/a"
-        lines.append(f"| {corpus} | {f(t['tau'])} | {f(t['precision'])} | {f(t['early_termination_rate'])} | "
-                     f"{t['travels'] if t['travels'] is not None else 'no stop'} | {recal} |")
-    return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
 
 # -- the report -----------------------------------------------------------------------------------------------
 def format_table(kind: str, rows: dict) -> str:
     metric = METRICS[kind][0]
-    cols = ["base", "without", "in_corpus"] + (["bm25"] if kind == "retrieval" else [])
+    cols = ["base", "without", "in_corpus"] + (RETRIEVAL_EXTRA if kind == "retrieval" else [])
+    cols = [c for c in cols if c in MODELS or any(c in r for r in rows.values())]
     head = "| corpus | n | " + " | ".join(f"{c} {metric}" for c in cols) + " | without - base |"
     lines = [head, "|" + "---|" * (len(cols) + 3)]
 
@@ -297,7 +265,8 @@ def bar_plot(kind: str, rows: dict, path: Path) -> None:
     fig = Figure(figsize=(1.8 + 1.6 * len(corpora), 3.6))
     ax = fig.add_subplot(1, 1, 1)
     x = np.arange(len(corpora))
-    models = MODELS + (("bm25",) if kind == "retrieval" else ())
+    models = [m for m in MODELS + (tuple(RETRIEVAL_EXTRA) if kind == "retrieval" else ())
+              if m in MODELS or any(m in r for r in rows.values())]
     width = 0.8 / len(models)
     for j, model in enumerate(models):
         vals = [rows[c].get(model, {}).get(metric) for c in corpora]

@@ -50,3 +50,35 @@ def test_one_file_per_corpus_still_works(tmp_path):
     write_train_without("retrieval", sources, "locomo", out, seed=0)
     ids = sorted(json.loads(x)["id"] for x in out.read_text().splitlines())
     assert ids == sorted(r["id"] for r in _records("train") if r["source"] != "locomo")
+
+
+def test_retrieval_scores_name_each_system_and_its_hybrid(tmp_path, monkeypatch):
+    """The router without C and the in-corpus router are each scored alone and inside the hybrid prefix (BM25 +
+    dense, as deployed); their results land under distinct keys (hybrid_without / hybrid_in_corpus)."""
+    import eval.leave_out as lo
+
+    held = _write(tmp_path / "eval.jsonl", _records("eval"))
+    calls = []
+
+    def fake_eval(argv):
+        systems = argv[argv.index("--systems") + 1:argv.index("--output_dir")]
+        calls.append(systems)
+        return {"systems": {s: {"recall@5": 0.1 * (i + 1), "mrr@10": 0.0, "n_queries": 3}
+                            for i, s in enumerate(systems)}}
+
+    monkeypatch.setattr(lo, "_evaluator", lambda kind: fake_eval)
+    cfg = LeaveOutConfig(leave_out=["locomo"], corpus_files=[])
+    models = {"base": "B", "without": "W", "in_corpus": "I"}
+    out = lo.score_retrieval(cfg, "locomo", held, models, tmp_path / "o")
+    assert calls == [["bm25", "base", "trained", "hybrid_base", "hybrid_trained"], ["trained", "hybrid_trained"]]
+    assert {k: round(v["recall@5"], 1) for k, v in out.items()} == {
+        "bm25": 0.1, "base": 0.2, "without": 0.3, "hybrid_base": 0.4, "hybrid_without": 0.5,
+        "in_corpus": 0.1, "hybrid_in_corpus": 0.2}
+    table = lo.format_table("retrieval", {"locomo": out})
+    assert table.splitlines()[0].split(" | ")[2:9] == [
+        "base recall@5", "without recall@5", "in_corpus recall@5", "bm25 recall@5", "hybrid_base recall@5",
+        "hybrid_without recall@5", "hybrid_in_corpus recall@5"]
+    cfg.retrieval_hybrid = False
+    calls.clear()
+    lo.score_retrieval(cfg, "locomo", held, models, tmp_path / "o2")
+    assert calls == [["bm25", "base", "trained"], ["trained"]]
