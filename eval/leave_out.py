@@ -236,6 +236,46 @@ def score_retrieval(cfg: LeaveOutConfig, corpus: str, held: Path, models: dict[s
     return out
 
 
+def calibration_of(cfg: LeaveOutConfig, sources: dict, corpus: str, router: str, root: Path) -> dict:
+    """tau calibrated on the training corpora's held-out samples, judged on C; and recalibrated from k of C's."""
+    from eval.calibration_travel import recalibrate_with_labels, travel
+
+    eval_main, pooled = _evaluator("sufficiency"), []
+    for other in sorted(sources):
+        if other == corpus:
+            continue
+        out = root / "calibration" / other
+        eval_main(([cfg.eval_recipe] if cfg.eval_recipe else []) + [
+            "--data", str(_held_out(sources[other], other)), "--router", router, "--output_dir", str(out),
+            "--base_model", "none"] + shlex.split(cfg.eval_args))
+        pooled += list(read_jsonl(out / "scores.jsonl"))
+    target = list(read_jsonl(root / "without" / "scores.jsonl"))
+    return {"calibrated_on": [c for c in sorted(sources) if c != corpus],
+            "travel": travel(pooled, target, cfg.target_precision),
+            "recalibrated": [r for k in cfg.recalibration_labels
+                             if (r := recalibrate_with_labels(target, k, target_precision=cfg.target_precision,
+                                                              seed=cfg.seed))]}
+
+
+def format_calibration(rows: dict) -> str:
+    def f(x):
+        return f"{x:.3f}" if isinstance(x, (int, float)) and x == x else "n/a"
+
+    lines = ["| left-out corpus | tau (training corpora) | stop-precision on C | early termination on C | "
+             "travels (>= target - 0.05) | k labels of C: mean precision / share of draws >= target - 0.05 / early termination |",
+             "|---|---|---|---|---|---|"]
+    for corpus, r in rows.items():
+        cal = r.get("calibration")
+        if not cal:
+            continue
+        t = cal["travel"]
+        recal = "; ".join(f"k={x['k']}: {f(x['mean_precision'])} / {f(x['share_travels'])} / "
+                          f"{f(x['mean_early_termination_rate'])}" for x in cal["recalibrated"]) or "n/a"
+        lines.append(f"| {corpus} | {f(t['tau'])} | {f(t['precision'])} | {f(t['early_termination_rate'])} | "
+                     f"{t['travels'] if t['travels'] is not None else 'no stop'} | {recal} |")
+    return "\n".join(lines) + "\n" if len(lines) > 2 else ""
+
+
 # -- the report -----------------------------------------------------------------------------------------------
 def format_table(kind: str, rows: dict) -> str:
     metric = METRICS[kind][0]
@@ -262,8 +302,9 @@ def bar_plot(kind: str, rows: dict, path: Path) -> None:
     from eval.plots import save_figure
 
     metric, corpora = METRICS[kind][0], list(rows)
-    fig = Figure(figsize=(1.8 + 1.6 * len(corpora), 3.6))
-    ax = fig.add_subplot(1, 1, 1)
+    calibrated = [c for c in corpora if rows[c].get("calibration")]
+    fig = Figure(figsize=((1.8 + 1.6 * len(corpora)) * (2 if calibrated else 1), 3.6))
+    ax = fig.add_subplot(1, 2 if calibrated else 1, 1)
     x = np.arange(len(corpora))
     models = [m for m in MODELS + (tuple(RETRIEVAL_EXTRA) if kind == "retrieval" else ())
               if m in MODELS or any(m in r for r in rows.values())]
@@ -277,7 +318,32 @@ def bar_plot(kind: str, rows: dict, path: Path) -> None:
     ax.set_ylim(0, 1)
     ax.set_title(f"{kind}: held-out {metric}, router trained without the corpus")
     ax.legend(fontsize=8)
+    if calibrated:
+        calibration_panel(fig.add_subplot(1, 2, 2), {c: rows[c]["calibration"] for c in calibrated})
     save_figure(fig, path)
+
+
+def calibration_panel(ax, cals: dict) -> None:
+    """Stop-precision on each left-out corpus: tau from the training corpora vs recalibrated from k of its labels."""
+    import numpy as np
+
+    corpora = list(cals)
+    series = {"tau from training corpora": [cals[c]["travel"]["precision"] for c in corpora]}
+    for k in sorted({r["k"] for c in corpora for r in cals[c]["recalibrated"]}):
+        series[f"recalibrated, {k} labels (mean)"] = [
+            next((r["mean_precision"] for r in cals[c]["recalibrated"] if r["k"] == k), None) for c in corpora]
+    x, width = np.arange(len(corpora)), 0.8 / len(series)
+    for j, (label, vals) in enumerate(series.items()):
+        ax.bar(x + (j - (len(series) - 1) / 2) * width, [v if isinstance(v, (int, float)) else 0 for v in vals],
+               width, label=label)
+    target = next(iter(cals.values()))["travel"]
+    ax.axhline(target["target_precision"], color="k", lw=1, ls="--", label="target")
+    ax.axhline(target["target_precision"] - target["tolerance"], color="k", lw=0.8, ls=":", label="target - tolerance")
+    ax.set_xticks(x, corpora)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("stop-precision on the left-out corpus (0 = never stops)")
+    ax.set_title("calibration travel")
+    ax.legend(fontsize=7, loc="lower right")
 
 
 def run(kind: str, cfg: LeaveOutConfig, trainer: Callable | None = None) -> dict:
