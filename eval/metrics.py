@@ -105,6 +105,25 @@ def binary_metrics(labels, scores, taus: Iterable[float] = DEFAULT_TAUS, n_bins:
     }
 
 
+def auroc_by_negative_kind(rows: Sequence[dict], field: str) -> dict[str, dict]:
+    """AUROC of every positive against each kind of negative (``variant``: none, partial, prefix_none, ...).
+
+    Why: a corpus whose negatives are all ``partial`` (one of two hops removed) asks a harder question than one
+    whose negatives lost every evidence step; one pooled AUROC hides which the router can tell apart."""
+    from sklearn.metrics import roc_auc_score
+
+    pos = [r for r in rows if int(r["label"]) == 1]
+    out = {}
+    for kind in sorted({str(r.get("variant")) for r in rows if int(r["label"]) == 0}):
+        neg = [r for r in rows if int(r["label"]) == 0 and str(r.get("variant")) == kind]
+        if not pos:
+            continue
+        _, s, _ = prepare([1] * len(pos) + [0] * len(neg),
+                          [np.nan if r.get(field) is None else r[field] for r in pos + neg])
+        out[kind] = {"n": len(neg), "auroc": float(roc_auc_score([1] * len(pos) + [0] * len(neg), s))}
+    return out
+
+
 def calibrate_threshold(labels, scores, target_precision: float | None = None,
                         target_early_termination: float | None = None) -> dict:
     """Choose tau for a deployment target; give exactly one target.

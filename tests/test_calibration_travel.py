@@ -45,3 +45,15 @@ def test_recalibration_with_a_few_labels():
     bad = recalibrate_with_labels(inverted, k=8, draws=20)
     assert bad["share_travels"] == 0.0  # the scores are inverted: no tau reaches 0.9, each draw stops nothing
     assert bad["share_no_stop"] == 1.0 and bad["mean_precision"] is None
+
+
+def test_auroc_against_each_kind_of_negative():
+    from eval.metrics import auroc_by_negative_kind
+
+    rows = [{"label": 1, "variant": "positive", "trained": 0.9}, {"label": 1, "variant": "prefix_positive", "trained": 0.6},
+            {"label": 0, "variant": "none", "trained": 0.1}, {"label": 0, "variant": "none", "trained": 0.2},
+            {"label": 0, "variant": "partial", "trained": 0.7}, {"label": 0, "variant": "partial", "trained": None}]
+    by = auroc_by_negative_kind(rows, "trained")
+    assert by["none"] == {"n": 2, "auroc": 1.0}
+    # partial: 0.7 beats the positive at 0.6 (one of four pairs lost); over budget (None) counts as score 0
+    assert by["partial"] == {"n": 2, "auroc": 0.75}

@@ -74,7 +74,9 @@ def test_retrieval_scores_name_each_system_and_its_hybrid(tmp_path, monkeypatch)
     assert {k: round(v["recall@5"], 1) for k, v in out.items()} == {
         "bm25": 0.1, "base": 0.2, "without": 0.3, "hybrid_base": 0.4, "hybrid_without": 0.5,
         "in_corpus": 0.1, "hybrid_in_corpus": 0.2}
-    table = lo.format_table("retrieval", {"locomo": out})
+    from eval.leave_out_report import format_table
+
+    table = format_table("retrieval", {"locomo": out})
     assert table.splitlines()[0].split(" | ")[2:9] == [
         "base recall@5", "without recall@5", "in_corpus recall@5", "bm25 recall@5", "hybrid_base recall@5",
         "hybrid_without recall@5", "hybrid_in_corpus recall@5"]
