@@ -5,12 +5,12 @@ The sufficiency router stops retrieval when its score reaches tau; tau is chosen
 hold. For a router trained without corpus C this module measures:
 
 * **travel**: tau calibrated on the pooled held-out samples of the training corpora, applied to C's held-out
-  samples: the stop-precision and early-termination rate reached on C, and whether the precision is within
-  ``tolerance`` of the target;
+  samples: the stop-precision and early-termination rate reached on C, and whether the precision stays at
+  most ``tolerance`` below the target (above it only costs early termination);
 * **recalibration with a handful of labels**: tau calibrated on ``k`` labelled samples of C drawn at random
-  (``draws`` times), applied to the rest of C: mean precision, how often it stays within ``tolerance`` of the target, and the
-  early-termination rate -- what a user gets by labelling ``k`` samples of their own data
-  (``memroute calibrate --scores ...``).
+  (``draws`` times), applied to the rest of C: mean precision, the share of draws that stay at most
+  ``tolerance`` below the target, and the early-termination rate -- what a user gets by labelling ``k`` samples
+  of their own data (``memroute calibrate --scores ...``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ def travel(calibration_rows: list[dict], target_rows: list[dict], target_precisi
     return {
         "target_precision": target_precision, "tolerance": tolerance, "tau": cal["threshold"],
         "reachable_on_calibration": cal.get("reachable"), "n_calibration": int(len(yc)),
-        "calibration_precision": cal.get("precision"), "calibration_early_termination": cal.get("early_termination_rate"),
+        "calibration_precision": cal.get("precision"),
+        "calibration_early_termination": cal.get("early_termination_rate"),
         "precision": precision, "early_termination_rate": on_target["early_termination_rate"],
         "recall": on_target["recall"], "n": on_target["n"],
         # no stop at all is not a precision failure, but it is not a usable router either: say so apart

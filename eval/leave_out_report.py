@@ -39,7 +39,8 @@ def format_calibration(rows: dict) -> str:
         return f"{x:.3f}" if isinstance(x, (int, float)) and x == x else "n/a"
 
     lines = ["| left-out corpus | tau (training corpora) | stop-precision on C | early termination on C | "
-             "travels (>= target - 0.05) | k labels of C: mean precision / share of draws >= target - 0.05 / early termination |",
+             "travels (>= target - 0.05) | k labels of C: mean precision / share of draws >= target - 0.05 / "
+             "early termination |",
              "|---|---|---|---|---|---|"]
     for corpus, r in rows.items():
         cal = r.get("calibration")

@@ -97,7 +97,8 @@ def _optional_fields(types: Sequence[type]) -> set[str]:
             continue
         for f in dataclasses.fields(t):
             tp = hints.get(f.name)
-            if f.init and (typing.get_origin(tp) in (typing.Union, _types.UnionType)) and type(None) in typing.get_args(tp):
+            union = typing.get_origin(tp) in (typing.Union, _types.UnionType)
+            if f.init and union and type(None) in typing.get_args(tp):
                 out.add(f.name)
     return out
 

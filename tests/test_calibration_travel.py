@@ -50,7 +50,8 @@ def test_recalibration_with_a_few_labels():
 def test_auroc_against_each_kind_of_negative():
     from eval.metrics import auroc_by_negative_kind
 
-    rows = [{"label": 1, "variant": "positive", "trained": 0.9}, {"label": 1, "variant": "prefix_positive", "trained": 0.6},
+    rows = [{"label": 1, "variant": "positive", "trained": 0.9},
+            {"label": 1, "variant": "prefix_positive", "trained": 0.6},
             {"label": 0, "variant": "none", "trained": 0.1}, {"label": 0, "variant": "none", "trained": 0.2},
             {"label": 0, "variant": "partial", "trained": 0.7}, {"label": 0, "variant": "partial", "trained": None}]
     by = auroc_by_negative_kind(rows, "trained")

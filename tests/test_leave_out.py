@@ -95,7 +95,8 @@ def test_leave_out_trains_without_scores_and_resumes(corpora, recipe, tiny_llama
         assert cal["calibrated_on"] == sorted(set(corpora) - {name})
         assert cal["travel"]["n_calibration"] == 12 and cal["travel"]["n"] == 6
         assert cal["recalibrated"] == []  # 20 / 40 labels: more than the 6 held-out samples
-        assert set(row["without"]["auroc_by_negative"]) == {"none"} and row["without"]["auroc_by_negative"]["none"]["n"] == 3
+        by_negative = row["without"]["auroc_by_negative"]
+        assert set(by_negative) == {"none"} and by_negative["none"]["n"] == 3
     assert "Calibration travel" in (tmp_path / "out" / "leave_out.md").read_text()
     assert "| alpha | without | " in (tmp_path / "out" / "leave_out.md").read_text()  # the by-negative table
     table = (tmp_path / "out" / "leave_out.md").read_text().split("\n\nAUROC of the positives")[0].splitlines()
