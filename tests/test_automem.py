@@ -385,3 +385,22 @@ def test_a_replayed_trace_keeps_its_recorded_wall_time(tmp_path):
     assert played["wall_s"] >= 0.02 * played["evaluate_calls"] and replayed["evaluate_calls"] == 0
     assert replayed["wall_s"] >= played["wall_s"]
     assert json.loads((tmp_path / "r.json").read_text())["wall_s"] == replayed["wall_s"]
+
+
+def test_held_out_replay_reports_the_same_wall_time(tmp_path, monkeypatch):
+    """A replayed held-out evaluation reports the wall time the first run reported. Before, the first run rounded
+    the raw seconds (0.00049 -> 0.0) and the replay the stored 4-decimal value (0.0005 -> 0.001)."""
+    import routers.automem.evaluate as evaluate_mod
+    from eval.automem import _held_out
+    from routers.automem.evaluate import Evaluation
+    from routers.automem.trace import EvaluationStore
+
+    world, _ = make_evaluator(0)
+    tasks = world.tasks("search")
+    monkeypatch.setattr(evaluate_mod, "run_evaluation",
+                        lambda evaluator, arch, ts, batch: Evaluation(arch=None, batch=batch, results=[], seconds=0.00049))
+    store = EvaluationStore(tmp_path / "evaluations.jsonl", {"env": "vault"})
+    first = _held_out(None, None, tasks, store)
+    monkeypatch.setattr(evaluate_mod, "run_evaluation", lambda *a: pytest.fail("replayed evaluations are not rerun"))
+    again = _held_out(None, None, tasks, EvaluationStore(tmp_path / "evaluations.jsonl", {"env": "vault"}))
+    assert again == first and first["wall_s"] == 0.0005
