@@ -397,8 +397,8 @@ def test_held_out_replay_reports_the_same_wall_time(tmp_path, monkeypatch):
 
     world, _ = make_evaluator(0)
     tasks = world.tasks("search")
-    monkeypatch.setattr(evaluate_mod, "run_evaluation",
-                        lambda evaluator, arch, ts, batch: Evaluation(arch=None, batch=batch, results=[], seconds=0.00049))
+    played = Evaluation(arch=None, batch="test", results=[], seconds=0.00049)
+    monkeypatch.setattr(evaluate_mod, "run_evaluation", lambda *a: played)
     store = EvaluationStore(tmp_path / "evaluations.jsonl", {"env": "vault"})
     first = _held_out(None, None, tasks, store)
     monkeypatch.setattr(evaluate_mod, "run_evaluation", lambda *a: pytest.fail("replayed evaluations are not rerun"))
