@@ -131,3 +131,24 @@ def test_bad_input_fails_before_any_model(corpora, tmp_path):
     with pytest.raises(ValueError, match="train_recipe"):
         leave_out_main(["--leave_out", "alpha", "--corpus_files", *(f"{n}={p}" for n, p in corpora.items()),
                         "--output_dir", str(tmp_path / "o")])
+
+
+def test_the_default_trainer_runs_in_a_child_process(monkeypatch):
+    """Training corpus after corpus in one process kept every run's memory (20 GB by the third corpus, OOM-killed):
+    the default trainer is a child process, and its failure is an error that says how to resume."""
+    import subprocess
+
+    from eval.leave_out import _trainer
+
+    calls = []
+
+    class Done:
+        def __init__(self, code):
+            self.returncode = code
+
+    monkeypatch.setattr(subprocess, "run", lambda cmd, check: calls.append(cmd) or Done(0))
+    _trainer("sufficiency")(["recipe.yaml", "--max_steps", "1"])
+    assert calls[0][1:] == ["-m", "train.sufficiency", "recipe.yaml", "--max_steps", "1"]
+    monkeypatch.setattr(subprocess, "run", lambda cmd, check: Done(3))
+    with pytest.raises(RuntimeError, match="exit code 3.*resume"):
+        _trainer("retrieval")(["r.yaml"])
