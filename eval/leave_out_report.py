@@ -35,9 +35,6 @@ def format_by_negative(rows: dict) -> str:
 
 
 def format_calibration(rows: dict) -> str:
-    def f(x):
-        return f"{x:.3f}" if isinstance(x, (int, float)) and x == x else "n/a"
-
     lines = ["| left-out corpus | tau (training corpora) | stop-precision on C | early termination on C | "
              "travels (>= target - 0.05) | k labels of C: mean precision / share of draws >= target - 0.05 / "
              "early termination |",
@@ -47,9 +44,9 @@ def format_calibration(rows: dict) -> str:
         if not cal:
             continue
         t = cal["travel"]
-        recal = "; ".join(f"k={x['k']}: {f(x['mean_precision'])} / {f(x['share_travels'])} / "
-                          f"{f(x['mean_early_termination_rate'])}" for x in cal["recalibrated"]) or "n/a"
-        lines.append(f"| {corpus} | {f(t['tau'])} | {f(t['precision'])} | {f(t['early_termination_rate'])} | "
+        recal = "; ".join(f"k={x['k']}: {_f(x['mean_precision'])} / {_f(x['share_travels'])} / "
+                          f"{_f(x['mean_early_termination_rate'])}" for x in cal["recalibrated"]) or "n/a"
+        lines.append(f"| {corpus} | {_f(t['tau'])} | {_f(t['precision'])} | {_f(t['early_termination_rate'])} | "
                      f"{t['travels'] if t['travels'] is not None else 'no stop'} | {recal} |")
     return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
@@ -62,14 +59,11 @@ def format_table(kind: str, rows: dict) -> str:
     head = "| corpus | n | " + " | ".join(f"{c} {metric}" for c in cols) + " | without - base |"
     lines = [head, "|" + "---|" * (len(cols) + 3)]
 
-    def f(x):
-        return f"{x:.3f}" if isinstance(x, (int, float)) and x == x else "n/a"
-
     for corpus, r in rows.items():
         vals = [r.get(c, {}).get(metric) for c in cols]
         n = next((r[c].get("n") for c in cols if c in r and r[c].get("n") is not None), "n/a")
         delta = vals[1] - vals[0] if all(isinstance(v, (int, float)) for v in vals[:2]) else None
-        lines.append(f"| {corpus} | {n} | " + " | ".join(f(v) for v in vals) + f" | {f(delta)} |")
+        lines.append(f"| {corpus} | {n} | " + " | ".join(_f(v) for v in vals) + f" | {_f(delta)} |")
     return "\n".join(lines) + "\n"
 
 
