@@ -194,6 +194,36 @@ def test_demonstrations_flag_first_visits_and_training_moved_tasks_follow_them()
         RolloutConfig(env="textworld_worlds", world_sites=2, world_rooms=6, world_moved=1, world_train_moved=2)
 
 
+def test_moved_objects_rotate_over_the_hub_containers_of_moved_to():
+    """With several ``moved_to`` names, no single word in the goal marks the moved family: each moved task's
+    object lies in one of them (all in the hub, empty otherwise), the goal names it, and every name is used."""
+    to = ["cupboard", "drawer", "hamper"]
+    cfg = WorldConfig(**{**TINY, "n_seen": 3, "n_sites": 3, "site_objects": 2, "n_moved": 1, "train_moved": 2,
+                         "moved_to": to})
+    worlds, tasks = build_suite(cfg)
+    by_world = {w.world_id: w for w in worlds}
+    moved = [t for t in tasks if t.family == "moved"]
+    assert len(moved) == 9 and {t.holder for t in moved} == set(to)
+    for w in worlds:
+        assert all(w.holders[box] == {"room": w.hub, "kind": "container"} for box in to)
+        assert not set(w.objects.values()) & set(to)                            # empty until an object is moved
+        mine = [t for t in moved if t.world_id == w.world_id]
+        assert len({t.holder for t in mine}) == len(mine) == (3 if w.seed < UNSEEN_SEED_OFFSET else 0)
+    for t in moved:
+        w = by_world[t.world_id]
+        assert t.moved["to"] == t.holder and f"find the {t.object} in the {t.holder} " in t.goal
+        assert task_placement(w, t, t.delivered)[t.object] == t.holder
+        assert t.walkthrough == [f"take {t.object} from {t.holder}", f"put {t.object} on {TARGET}"]
+    assert {t.holder for t in moved if t.split == "heldout"} == set(to)         # held out: every name too
+    default = build_suite(WorldConfig(**{**TINY, "n_seen": 3, "n_sites": 3, "site_objects": 2, "train_moved": 2}))
+    assert {t.holder for t in default[1] if t.family == "moved"} == {CUPBOARD}
+    for bad in ([], ["drawer", "drawer"], ["chest"], [TARGET]):
+        with pytest.raises(ValueError, match="moved_to"):
+            WorldConfig(**{**TINY, "moved_to": bad})
+    with pytest.raises(ValueError, match="world_moved_to"):
+        RolloutConfig(env="textworld_worlds", world_moved_to=["shelf"])
+
+
 def test_unique_objects_one_kind_per_site_and_no_noun_in_two_sites():
     from routers.memagent.worlds import OBJECT_CATEGORIES
 

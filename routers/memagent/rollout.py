@@ -38,7 +38,7 @@ ENVS = ("textworld", "textworld_worlds")
 WORLD_OPTIONS = ("env", "worlds_seen", "worlds_unseen", "world_rooms", "world_sites", "world_site_objects", "world_moved",
                  "world_min_site_depth", "budget_factor", "budget_slack", "train_budget_factor", "world_actions",
                  "worlds_manifest", "world_train_repeats", "world_goal_names_holder", "world_train_moved",
-                 "world_demonstrations", "world_unique_objects")
+                 "world_demonstrations", "world_unique_objects", "world_moved_to")
 
 
 @dataclass
@@ -72,6 +72,9 @@ class RolloutConfig:
         "help": "per seen site, objects that are training repeat visits (memory decides them) instead of held out"})
     world_moved: int = field(default=1, metadata={"help": "held-out changed-world (moved object) tasks per seen world"})
     world_train_moved: int = field(default=0, metadata={"help": "training changed-world tasks per seen world"})
+    world_moved_to: list[str] = field(default_factory=lambda: ["cupboard"], metadata={
+        "help": "hub containers that moved objects go to, rotating over a world's moved tasks (several: no one "
+                "word in the goal marks the moved family)"})
     world_unique_objects: bool = field(default=True, metadata={
         "help": "each site holds one kind of object and no noun is in two sites, so a memory about an object "
                 "belongs to one world and site (generator version 4; false = version 3's shared nouns)"})
@@ -145,7 +148,7 @@ def world_config(cfg: RolloutConfig):
              "n_sites": "world_sites", "site_objects": "world_site_objects", "train_repeats": "world_train_repeats",
              "goal_names_holder": "world_goal_names_holder",
              "n_moved": "world_moved", "train_moved": "world_train_moved", "demonstrations": "world_demonstrations",
-             "unique_objects": "world_unique_objects",
+             "unique_objects": "world_unique_objects", "moved_to": "world_moved_to",
              "min_site_depth": "world_min_site_depth", "budget_factor": "budget_factor", "budget_slack": "budget_slack",
              "train_budget_factor": "train_budget_factor"}
     try:

@@ -3,7 +3,7 @@
 A **world** is fixed by its seed: a map of rooms grown as a tree on a grid from a hub room (exits
 north/south/east/west), a few *sites* (an open container in a room at least ``min_site_depth`` moves from
 the hub, holding several objects), distractor shelves in the other rooms, and in the hub a ``table`` (where
-every task delivers) and an empty ``cupboard``. Every task of a world is played in that same world (one
+every task delivers) and empty containers (``moved_to``: the ``cupboard``). Every task of a world is played in that same world (one
 compiled game per task; only the goal differs), so what an earlier episode learned (the route to a room,
 which container holds which object, the command sequence that worked) is exactly what a later task needs.
 
@@ -14,7 +14,8 @@ the container is named, so a memory of that container's episode is findable from
   training task; the site's other objects are held-out tasks with that training task as ``sibling`` (new goal,
   same route, same container). Objects of *unseen* worlds are held-out tasks without a sibling.
 * ``moved`` (changed world, adversarial memory): the object of a training task, in a variant of its world
-  where that object now lies in the hub's cupboard (the goal names the cupboard). Memory of the training episode (its ``sibling``)
+  where that object now lies in a container of the hub (``moved_to``, the cupboard by default; several names
+  rotate over the moved tasks, so no single word in the goal marks the family). The goal names that container. Memory of the training episode (its ``sibling``)
   sends the agent down the old, now useless route; without memory the object is in sight. ``n_moved`` per seen
   world are held out; ``train_moved`` more (later sites) are training tasks, so that a router's training labels
   also show memory misleading.
@@ -94,6 +95,7 @@ class WorldConfig:
     train_repeats: int = 0        # of those held-out objects, how many per site are training *repeat* visits instead
     n_moved: int = 1              # held-out changed-world tasks per seen world (first sites)
     train_moved: int = 0          # training changed-world tasks per seen world (the next sites)
+    moved_to: list[str] = field(default_factory=lambda: [CUPBOARD])   # hub containers moved objects go to (rotating)
     demonstrations: bool = False  # training first visits are played by the expert (walkthrough) agent
     unique_objects: bool = True   # one kind of object per site, no noun in two sites (OBJECT_CATEGORIES)
     min_site_depth: int = 2       # moves from the hub to a site's room
@@ -122,6 +124,11 @@ class WorldConfig:
         if self.n_moved + self.train_moved > self.n_sites:
             raise ValueError(f"n_moved + train_moved ({self.n_moved} + {self.train_moved}) cannot exceed n_sites "
                              f"({self.n_sites}): each moved task uses its own site's first object")
+        self.moved_to = list(self.moved_to)
+        taken = {TARGET, *CONTAINERS, *SUPPORTERS}
+        if not self.moved_to or len(set(self.moved_to)) != len(self.moved_to) or taken & set(self.moved_to):
+            raise ValueError(f"moved_to must be distinct hub container names, none of {sorted(taken)}, got "
+                             f"{list(self.moved_to)}")
         if self.min_site_depth < 1:
             raise ValueError(f"min_site_depth must be >= 1, got {self.min_site_depth}")
         if self.budget_factor < 1.0 or self.train_budget_factor < 1.0 or self.budget_slack < 0:
@@ -255,9 +262,10 @@ def make_world(cfg: WorldConfig, seed: int, index: int = 0) -> WorldSpec:
         hub = rng.choice(HUBS)
         names = rng.sample(ROOMS, cfg.n_rooms - 1)
         rooms, exits = _grow_map(rng, names, hub)
+        holders = {TARGET: {"room": hub, "kind": "supporter"}}
+        holders.update({box: {"room": hub, "kind": "container"} for box in cfg.moved_to})
         spec = WorldSpec(world_id=f"world{seed}", seed=seed, name=_world_name(index), hub=hub, rooms=rooms,
-                         exits=exits, holders={TARGET: {"room": hub, "kind": "supporter"},
-                                               CUPBOARD: {"room": hub, "kind": "container"}}, objects={})
+                         exits=exits, holders=holders, objects={})
         deep = [r for r in names if spec.depth(r) >= cfg.min_site_depth]
         if len(deep) < cfg.n_sites:
             continue
@@ -350,10 +358,10 @@ def world_tasks(cfg: WorldConfig, world: WorldSpec, seen: bool) -> list[TaskSpec
                 t.delivered = list(played)
         moved_sites = [(box, "heldout") for box in world.sites[:cfg.n_moved]]
         moved_sites += [(box, "train") for box in world.sites[cfg.n_moved:cfg.n_moved + cfg.train_moved]]
-        for box, split in moved_sites:
-            stale = first[box]
-            out.append(_task(cfg, world, "moved", split, stale.object, CUPBOARD, stale.task_id,
-                             moved={"object": stale.object, "from": box, "to": CUPBOARD}))
+        for i, (box, split) in enumerate(moved_sites):
+            stale, to = first[box], cfg.moved_to[(world.seed + i) % len(cfg.moved_to)]
+            out.append(_task(cfg, world, "moved", split, stale.object, to, stale.task_id,
+                             moved={"object": stale.object, "from": box, "to": to}))
             out[-1].delivered = [o for o in played if o != stale.object]
     return out
 
