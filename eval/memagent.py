@@ -65,6 +65,9 @@ class MemAgentEvalConfig:
     routed_in_policy: str | None = field(default=None, metadata={
         "help": "None = the router decides In at every step; never | inject = In fixed, only Begin routed (when "
                 "the exploration explored no other In policy, the router has no In labels to have learned from)"})
+    routed_in_every: int = field(default=1, metadata={
+        "help": "the router is asked In at every k-th step only (NoOp between): its In time / k, for routing "
+                "overhead when the router is as large as the agent; 1 = every step (the paper)"})
     max_tasks: int | None = field(default=None, metadata={"help": "only the first N complete tasks (N >= 1)"})
     providers: list[str] | None = field(default=None, metadata={
         "help": "provider subset offered to the router; None = every provider explored"})
@@ -81,6 +84,8 @@ class MemAgentEvalConfig:
 
     def __post_init__(self):
         # plain ValueErrors: parse_config reports them as a ConfigError naming the recipe or the command line
+        if self.routed_in_every < 1:
+            raise ValueError(f"routed_in_every must be >= 1 (got {self.routed_in_every}); 1 asks In at every step")
         if self.max_tasks is not None and self.max_tasks < 1:
             raise ValueError(f"max_tasks must be >= 1 (got {self.max_tasks}); omit it to evaluate every task")
         if self.providers is not None and not self.providers:
@@ -124,13 +129,13 @@ def _validate_task_record(rec: dict) -> None:
 
 
 # -- routed rollouts ---------------------------------------------------------------------------------
-def routed_rollout(ctx: RolloutContext, task, router, in_policy: str | None = None) -> dict:
+def routed_rollout(ctx: RolloutContext, task, router, in_policy: str | None = None, in_every: int = 1) -> dict:
     """One held-out task with the router deciding Begin and In; timings split into probe / router / task.
 
     ``ctx.probe(goal) -> previews`` (default: each provider's own ``probe``); ``ctx.count_tokens`` defaults
     to whitespace words; ``ctx.memories`` (recorded Begin memories) are used instead of a live retrieve.
     """
-    r = rollout(ctx, task, in_policy=in_policy, router=router)
+    r = rollout(ctx, task, in_policy=in_policy, router=router, in_every=in_every)
     return {"task_id": task.task_id, "begin_provider": r.begin_provider, "success": bool(r.trajectory.success),
             "steps": r.steps, "begin_tokens": r.begin_tokens, "in_tokens": r.in_tokens,
             "injected_tokens": r.injected_tokens, "in_queries": r.in_queries, "in_decisions": r.in_decisions,
@@ -138,12 +143,13 @@ def routed_rollout(ctx: RolloutContext, task, router, in_policy: str | None = No
             "trajectory": r.trajectory.to_dict()}
 
 
-def run_routed(tasks, ctx: RolloutContext, router, out_path: str | Path, in_policy: str | None = None) -> list[dict]:
+def run_routed(tasks, ctx: RolloutContext, router, out_path: str | Path, in_policy: str | None = None,
+               in_every: int = 1) -> list[dict]:
     """Routed rollouts for ``tasks``, appended to ``out_path`` (rerunning skips tasks already there)."""
     with ResumableJsonlWriter(out_path, key="task_id") as writer:
         for task in tqdm(tasks, desc="routed rollouts", unit="task"):
             if task.task_id not in writer:
-                writer.write(routed_rollout(ctx, task, router, in_policy))
+                writer.write(routed_rollout(ctx, task, router, in_policy, in_every))
     wanted = {t.task_id for t in tasks}
     return [r for r in read_jsonl(out_path) if r["task_id"] in wanted]
 
@@ -256,7 +262,7 @@ def _routed_runs(cfg: MemAgentEvalConfig, pool: Sequence[str], order: Sequence[s
         raise ValueError(f"{len(missing)} exploration tasks are not held-out tasks of the rebuilt environment, "
                          f"e.g. {missing[:3]}")
     return router, ctx, run_routed([by_id[t] for t in order], ctx, router, out_dir / "routed.jsonl",
-                                   cfg.routed_in_policy)
+                                   cfg.routed_in_policy, cfg.routed_in_every)
 
 
 def _begin_offline(cfg: MemAgentEvalConfig, router, ctx: RolloutContext, tasks_file: Path, table: dict,

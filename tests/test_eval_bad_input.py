@@ -396,7 +396,8 @@ def test_memagent_bad_options():
 
     for kw, match in (({"max_tasks": 0}, "max_tasks"), ({"max_tasks": -1}, "max_tasks"),
                       ({"providers": []}, "providers is empty"), ({"exploration_dir": ""}, "exploration_dir"),
-                      ({"router_dtype": "fp8"}, "router_dtype"), ({"routed_in_policy": "always"}, "routed_in_policy")):
+                      ({"router_dtype": "fp8"}, "router_dtype"), ({"routed_in_policy": "always"}, "routed_in_policy"),
+                      ({"routed_in_every": 0}, "routed_in_every")):
         with pytest.raises(ValueError, match=match):
             MemAgentEvalConfig(**kw)
     with pytest.raises(ConfigError, match="max_tasks must be >= 1"):

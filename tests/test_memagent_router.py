@@ -586,6 +586,12 @@ def test_routed_rollouts_with_fakes(tmp_path):
     router.in_calls, ctx.memories = [], None
     fixed = run_routed(tasks[:1], ctx, router, tmp_path / "r4.jsonl", in_policy="never")[0]
     assert router.in_calls == [] and fixed["in_queries"] == 0 and fixed["begin_provider"] == "ExpeL"
+    # In asked every 2nd step only (NoOp between, no router call): steps 0 and 2 of 4; step 0 has no summary
+    router.in_calls = []
+    sparse = run_routed(tasks[:1], ctx, router, tmp_path / "r5.jsonl", in_every=2)[0]
+    assert router.in_calls == [2] and sparse["in_decisions"] == 3 and sparse["in_queries"] == 0
+    with pytest.raises(ValueError, match="in_every"):
+        run_routed(tasks[:1], ctx, router, tmp_path / "r6.jsonl", in_every=0)
     assert fixed["trajectory"]["meta"]["in_policy"] == "never"
 
 

@@ -289,10 +289,14 @@ class Rollout:
 
 
 class _TimedRouter:
-    """A router's Begin and In decisions, with the seconds spent in them."""
+    """A router's Begin and In decisions, with the seconds spent in them. ``in_every`` = k asks the In question
+    at steps 0, k, 2k, ... only (NoOp between): a router as large as the agent costs ~1/k of its In time."""
 
-    def __init__(self, router):
+    def __init__(self, router, in_every: int = 1):
+        if int(in_every) < 1:
+            raise ValueError(f"in_every must be >= 1, got {in_every}")
         self.router = router
+        self.in_every = int(in_every)
         self.seconds = 0.0
 
     def begin(self, goal: str, previews, providers):
@@ -302,6 +306,8 @@ class _TimedRouter:
         return choice
 
     def in_policy(self, task: Task, index: int, summary: str) -> bool:  # run_episode records this name
+        if index % self.in_every:
+            return False
         t = time.perf_counter()
         decision = self.router.inject(task.goal, index, summary)
         self.seconds += time.perf_counter() - t
@@ -309,7 +315,7 @@ class _TimedRouter:
 
 
 def rollout(ctx: RolloutContext, task: Task, begin: str | None = None, in_policy=None, *, memory: str = "",
-            router=None, error: str | None = None) -> Rollout:
+            router=None, error: str | None = None, in_every: int = 1) -> Rollout:
     """Play ``task`` once. Never raises for agent/LLM/env errors: they land in ``trajectory.error``.
 
     Fixed decisions (exploration): Begin option ``begin`` with its ``memory`` and the In policy ``in_policy``
@@ -317,14 +323,14 @@ def rollout(ctx: RolloutContext, task: Task, begin: str | None = None, in_policy
     retrieved) fails the rollout without playing. Routed (evaluation): ``router.begin(goal, previews,
     providers)`` picks the Begin provider from the probe previews (``ctx.probe`` or each provider's ``probe``),
     its memory is the recorded one (``ctx.memories``) or a live retrieve, and ``router.inject(goal, index,
-    summary)`` decides each In step unless ``in_policy`` fixes it.
+    summary)`` decides each In step (every ``in_every``-th step; NoOp between) unless ``in_policy`` fixes it.
     """
     count_tokens = ctx.count_tokens or count_words
     t_task = time.perf_counter()
     probe_s = 0.0
     timed = None
     if router is not None:
-        timed = _TimedRouter(router)
+        timed = _TimedRouter(router, in_every)
         t = time.perf_counter()
         previews = ctx.probe(task.goal) if ctx.probe else [p.probe(task.goal) for p in ctx.providers.values()]
         probe_s = time.perf_counter() - t
