@@ -238,7 +238,27 @@ def test_unique_objects_one_kind_per_site_and_no_noun_in_two_sites():
     shared = build_suite(WorldConfig(train_repeats=1, unique_objects=False))[0]  # version 3: one shared noun list
     assert any(o.split()[-1] not in kind for w in shared for o, h in w.objects.items() if h in w.sites)
     with pytest.raises(ValueError, match="unique_objects"):
-        WorldConfig(n_seen=10, n_unseen=2)
+        WorldConfig(n_seen=11, n_unseen=2)   # 39 sites; the twelve kinds hold 36
+
+
+def test_added_object_kinds_leave_the_suites_the_first_nine_held_unchanged():
+    """Kinds added after generator version 4 only serve suites larger than the first nine kinds hold (27 sites
+    of 3): a 9-world suite is generated exactly as before them (digest recorded from version 4's code), and a
+    12-world suite still has one kind per site and no noun in two sites."""
+    import hashlib
+
+    from routers.memagent.worlds import OBJECT_CATEGORIES
+
+    nine = build_suite(WorldConfig(train_repeats=1, n_seen=7, n_unseen=2))[0]
+    digest = hashlib.sha256(json.dumps([sorted(w.objects.items()) for w in nine]).encode()).hexdigest()[:16]
+    assert digest == "012b9e18a3183098"
+    twelve = build_suite(WorldConfig(train_repeats=1, n_seen=10, n_unseen=2))[0]
+    assert [sorted(w.objects.items()) for w in twelve[:7]] == [sorted(w.objects.items()) for w in nine[:7]]
+    kind = {noun: cat for cat, nouns in OBJECT_CATEGORIES.items() for noun in nouns}
+    site_nouns = [[o.split()[-1] for o, h in w.objects.items() if h == box] for w in twelve for box in w.sites]
+    flat = [n for site in site_nouns for n in site]
+    assert len(flat) == len(set(flat)) == 12 * 3 * 3 and all(len({kind[n] for n in site}) == 1 for site in site_nouns)
+    assert {kind[site[0]] for site in site_nouns} == set(OBJECT_CATEGORIES)   # every kind used
 
 
 def by_world_sites(cfg: WorldConfig, world_id: str) -> list[str]:

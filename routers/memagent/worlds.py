@@ -77,8 +77,13 @@ OBJECT_CATEGORIES = {
     "navigation": ("telescope", "sextant", "hourglass", "abacus", "globe", "atlas", "compass", "clock", "barometer"),
     "clothing": ("scarf", "hat", "glove", "cane", "helmet", "goggles", "umbrella", "parasol", "boot"),
     "sewing": ("needle", "spindle", "bobbin", "thimble", "scissors", "yarn", "button", "ribbon", "pincushion"),
+    # added after generator version 4; used only by suites with more sites than the nine kinds above hold
+    "gardening": ("spade", "rake", "hoe", "shears", "sickle", "pitchfork", "wheelbarrow", "sprinkler", "mattock"),
+    "fruit": ("apple", "pear", "plum", "lemon", "melon", "peach", "cherry", "mango", "grape"),
+    "sports": ("racket", "shuttlecock", "frisbee", "javelin", "discus", "baton", "skates", "paddle", "dumbbell"),
 }
 CATEGORY_SIZE = 9
+FIRST_CATEGORIES = 9   # the kinds of generator version 4: suites they can hold are generated exactly as then
 
 
 @dataclass
@@ -242,14 +247,17 @@ def _grow_map(rng: random.Random, names: list[str], hub: str) -> tuple[dict, lis
 
 def object_nouns(cfg: WorldConfig, index: int) -> tuple[list[list[str]], list[str]]:
     """Under ``unique_objects``: the object nouns of each site of the suite's world ``index`` (site ``k`` is the
-    suite's site ``n = n_sites * index + k``: category ``n mod C``, its ``n div C``-th slice of ``site_objects``
-    nouns, so no two sites share a noun) and the distractor nouns (``NOUNS`` no site of this world uses)."""
+    suite's site ``n = n_sites * index + k``: among the first nine kinds, category ``n mod 9``, its ``n div 9``-th
+    slice of ``site_objects`` nouns; sites beyond what those hold take the added kinds the same way; no two
+    sites share a noun) and the distractor nouns (``NOUNS`` no site of this world uses)."""
     cats = list(OBJECT_CATEGORIES.values())
+    per, extra = CATEGORY_SIZE // cfg.site_objects, len(cats) - FIRST_CATEGORIES
+    slots = [(n % FIRST_CATEGORIES, n // FIRST_CATEGORIES) for n in range(FIRST_CATEGORIES * per)]
+    slots += [(FIRST_CATEGORIES + m % extra, m // extra) for m in range(extra * per)]  # then the added kinds
     out = []
     for k in range(cfg.n_sites):
-        n = cfg.n_sites * index + k
-        part = n // len(cats)
-        out.append(list(cats[n % len(cats)][part * cfg.site_objects:(part + 1) * cfg.site_objects]))
+        cat, part = slots[cfg.n_sites * index + k]
+        out.append(list(cats[cat][part * cfg.site_objects:(part + 1) * cfg.site_objects]))
     used = {w for site in out for w in site}
     return out, [w for w in NOUNS if w not in used]
 
