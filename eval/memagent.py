@@ -33,9 +33,10 @@ from tqdm.auto import tqdm
 
 import data_synthesis.memagent as exploration  # its config + frozen stores; tests replace its build_providers_from
 from routers.io import OutputLock, ResumableJsonlWriter, atomic_write_json, read_jsonl
-from eval.memagent_metrics import (EXPLORATION_FIELDS, baseline_rows, begin_accuracy, complete_tasks,
-                                   coverage_distribution, evaluate, load_all_outcomes, load_outcomes, offline_begin,
-                                   option_label, oracle_any, oracle_option, overhead, routed_metrics, row_metrics)
+from eval.memagent_metrics import (EXPLORATION_FIELDS, baseline_rows, begin_accuracy, begin_train_fit,
+                                   complete_tasks, coverage_distribution, evaluate, load_all_outcomes, load_outcomes,
+                                   offline_begin, option_label, oracle_any, oracle_option, overhead, routed_metrics,
+                                   row_metrics)
 from routers.base import library_versions
 from eval.memagent_by_type import by_task_type, task_type, write_type_report
 from routers.memagent.providers import ProviderProbe
@@ -280,6 +281,18 @@ def _begin_offline(cfg: MemAgentEvalConfig, router, ctx: RolloutContext, tasks_f
     return out
 
 
+def _begin_train_fit(cfg: MemAgentEvalConfig, router, ctx: RolloutContext) -> dict | None:
+    """Begin decisions on the training tasks the router learned from (``begin.jsonl`` + ``train/tasks.jsonl``)."""
+    d = Path(cfg.exploration_dir)
+    labels_file, tasks_file = d / "begin.jsonl", d / "train" / "tasks.jsonl"
+    if not (labels_file.is_file() and tasks_file.is_file()):
+        return None
+    task_records = {r["task_id"]: r for r in read_jsonl(tasks_file, required=("task_id", "goal", "previews"),
+                                                        validate=_validate_task_record)}
+    labels = list(read_jsonl(labels_file, required=("task_id", "decision")))
+    return begin_train_fit(router, task_records, labels, ctx.providers)
+
+
 def _main(cfg: MemAgentEvalConfig, records_file: Path) -> dict:
     out_dir = Path(cfg.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -293,6 +306,10 @@ def _main(cfg: MemAgentEvalConfig, records_file: Path) -> dict:
     if runs is not None and tasks_file.exists():
         metrics["begin_offline"] = _begin_offline(cfg, router, ctx, tasks_file, tables[cfg.baseline_in_policy],
                                                   options, order)
+    if runs is not None:
+        fit = _begin_train_fit(cfg, router, ctx)
+        if fit is not None:
+            metrics["begin_train_fit"] = fit
     metrics["baselines_by_in_policy"] = {pol: baseline_rows(tab, options, complete_tasks(tab, options))
                                          for pol, tab in tables.items() if complete_tasks(tab, options)}
     metrics["oracle_any_in_policy"] = oracle_any(tables, options, order)

@@ -1,7 +1,8 @@
 """MemAgent evaluation metrics derived from recorded outcomes, without a rollout: reading the held-out
 forced-exploration records, the baseline rows (no memory, single providers, random, oracle), the coverage
 distribution (paper Table 13), Begin accuracy against the oracle, routing overhead, and Begin decisions on the
-recorded probe previews (``offline_begin``). :mod:`eval.memagent` runs the rollouts and writes the outputs.
+recorded probe previews (``offline_begin``) and on the router's own training tasks (``begin_train_fit``).
+:mod:`eval.memagent` runs the rollouts and writes the outputs.
 """
 
 from __future__ import annotations
@@ -223,6 +224,38 @@ def offline_begin(router, task_records: Mapping[str, Mapping], providers: Mappin
             "choices": dict(Counter(option_label(c) for c in choices.values())),
             "per_task": {t: option_label(c) for t, c in choices.items()},
             **{k: v for k, v in acc.items() if k != "confusion"}, "confusion": acc["confusion"]}
+
+
+def begin_train_fit(router, task_records: Mapping[str, Mapping], labels: Sequence[Mapping],
+                    providers: Mapping[str, Any]) -> dict:
+    """The router's Begin decisions on its own training tasks (``begin.jsonl`` labels, recorded previews).
+
+    Why: with a few dozen labels, SFT can learn the label *marginal* and ignore the prompt: every task then gets
+    the same option probabilities (the label shares) and the majority option. ``prob_spread`` (the standard
+    deviation over tasks of each option's probability, averaged over options) is ~0 for such a router;
+    ``accuracy`` tells memorized from not learned; ``majority_share`` is what the majority label alone scores."""
+    import torch
+
+    picks, probs, gold = [], [], []
+    for lab in labels:
+        rec = task_records.get(lab["task_id"])
+        if rec is None:
+            continue
+        previews = [p for p in rec["previews"] if p["provider"] in providers]
+        options, scores = router.score_begin(rec["goal"], previews, providers)
+        if scores is None:
+            continue
+        picks.append(options[int(torch.argmax(scores))])
+        probs.append(torch.softmax(scores.float(), dim=0))
+        gold.append(lab["decision"])
+    if not picks:
+        return {"tasks": 0}
+    spread = float(torch.stack(probs).std(dim=0, unbiased=False).mean()) if len(probs) > 1 else 0.0
+    majority = Counter(gold).most_common(1)[0][1]
+    return {"tasks": len(picks), "accuracy": _mean([float(a == b) for a, b in zip(picks, gold)]),
+            "majority_share": majority / len(gold), "prob_spread": round(spread, 6),
+            "labels": dict(Counter(option_label(g) for g in gold)),
+            "choices": dict(Counter(option_label(c) for c in picks))}
 
 
 def oracle_any(tables: Mapping[str, Mapping], options: Sequence[str | None], tasks: Sequence[str]) -> dict:

@@ -773,6 +773,9 @@ def test_exploration_to_sft_to_eval_end_to_end(tmp_path, tiny_llama_dir, monkeyp
     off = m["begin_offline"]
     assert off["trained"]["tasks"] == 2 and off["trained"]["implied_success_rate"] == 1.0
     assert off["base"]["tasks"] == 2 and off["base_model"] == tiny_llama_dir
+    n_labels = sum(1 for _ in open(xdir / "begin.jsonl"))
+    fit = m["begin_train_fit"]  # the router's own training tasks, scored from their recorded previews
+    assert fit["tasks"] == n_labels >= 1 and sum(fit["choices"].values()) == n_labels and fit["prob_spread"] >= 0
     routed = [json.loads(line) for line in open(tmp_path / "eval" / "routed.jsonl")]
     held = {r["task_id"]: r for r in map(json.loads, open(xdir / "heldout" / "tasks.jsonl"))}
     for r in routed:  # the Begin memory injected is the one the baseline rollout of that option saw
@@ -820,6 +823,36 @@ def test_offline_begin_from_recorded_previews(tmp_path):
     # t1 Voyager ok (oracle), t2 unsolvable, t3 ExpeL ok (oracle None), t4 None fails (oracle ExpeL)
     assert out["implied_success_rate"] == 0.5 and out["choices"] == {"Voyager": 1, "ExpeL": 2, "None": 1}
     assert out["accuracy_solving"] == pytest.approx(2 / 3) and out["accuracy_exact"] == pytest.approx(1 / 3)
+
+
+def test_begin_train_fit_tells_a_router_that_learned_the_label_marginal():
+    """A router that gives every task the label shares (what SFT on a few skewed labels can learn) picks the
+    majority everywhere: accuracy = majority share, probability spread 0; one that reads the goal fits."""
+    import torch
+
+    from eval.memagent_metrics import begin_train_fit
+
+    labels = [{"task_id": "a", "decision": "memp"}, {"task_id": "b", "decision": "memp"},
+              {"task_id": "c", "decision": None}, {"task_id": "gone", "decision": None}]
+    recs = {t: {"goal": f"goal {t}", "previews": [{"provider": "memp", "score": 0.1, "snippet": "", "n_items": 1}]}
+            for t in "abc"}
+    providers = {"memp": None}
+
+    class Marginal:
+        def score_begin(self, goal, previews, providers):
+            return [None, *providers], torch.log(torch.tensor([1 / 3, 2 / 3]))
+
+    class ByGoal:
+        def score_begin(self, goal, previews, providers):
+            assert [p["provider"] for p in previews] == ["memp"]
+            return [None, *providers], torch.tensor([0.0, -3.0] if goal == "goal c" else [-3.0, 0.0])
+
+    prior = begin_train_fit(Marginal(), recs, labels, providers)
+    assert prior["tasks"] == 3 and prior["choices"] == {"memp": 3} and prior["labels"] == {"memp": 2, "None": 1}
+    assert prior["accuracy"] == pytest.approx(2 / 3) == prior["majority_share"] and prior["prob_spread"] == 0.0
+    fit = begin_train_fit(ByGoal(), recs, labels, providers)
+    spread = torch.softmax(torch.tensor([0.0, -3.0]), 0)[0] - torch.softmax(torch.tensor([-3.0, 0.0]), 0)[0]
+    assert fit["accuracy"] == 1.0 and fit["prob_spread"] == pytest.approx(float(spread) * (2 ** 0.5) / 3, abs=1e-5)
 
 
 def test_time_budget_stops_sft_with_a_checkpoint(tiny_llama_dir, tmp_path, one_torch_thread):
