@@ -140,6 +140,28 @@ def test_training_on_cached_states_learns_and_exports_a_normal_router(llama4_dir
     assert a_trained >= 0.8 and a_trained > a_base + 0.15, (a_trained, a_base)
 
 
+def test_activation_checkpointing_gives_the_same_updates_on_cached_states(llama4_dir, tmp_path):
+    """The memory knob for long batches (activations of the trained layers dominate: batch x length x K layers):
+    with ``--activation_checkpointing true`` the top layers recompute their activations in backward, and the
+    LoRA weights after two steps on cached lower states are those of the plain run (not zero gradients: the
+    cached ``inputs_embeds`` do not require grad, which a reentrant checkpoint would silently drop)."""
+    from train.sufficiency import main as train_main
+
+    train_file = write_jsonl(tmp_path / "train.jsonl", make_records(16))
+    weights = {}
+    for ckpt in ("false", "true"):
+        trainer, _ = train_main(base_args(llama4_dir, train_file, tmp_path / ckpt, "--max_steps", "2",
+                                          "--save_strategy", "no", "--lambda_rep", "0", "--train_top_layers", "2",
+                                          "--lora_target_modules", "all-linear", "--lora_dropout", "0",
+                                          "--activation_checkpointing", ckpt, "--use_cpu", "true", "--seed", "0"))
+        assert decoder_of(trainer.model).gradient_checkpointing is (ckpt == "true")   # on in the layers run
+        weights[ckpt] = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    lora_b = [n for n in weights["false"] if "lora_B" in n]
+    assert lora_b and all(weights["false"][n].abs().sum() > 0 for n in lora_b)   # B starts at 0: it trained
+    for n, w in weights["false"].items():
+        assert torch.allclose(weights["true"][n], w, atol=1e-6), n
+
+
 def test_training_paths_benchmark_writes_json_and_plot(llama4_dir, tmp_path):
     import json
 
