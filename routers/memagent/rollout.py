@@ -73,8 +73,8 @@ class RolloutConfig:
     world_moved: int = field(default=1, metadata={"help": "held-out changed-world (moved object) tasks per seen world"})
     world_train_moved: int = field(default=0, metadata={"help": "training changed-world tasks per seen world"})
     world_moved_to: list[str] = field(default_factory=lambda: ["cupboard"], metadata={
-        "help": "hub containers that moved objects go to, rotating over a world's moved tasks (several: no one "
-                "word in the goal marks the moved family)"})
+        "help": "hub containers that moved objects go to, rotating over a world's moved tasks (several: the "
+                "moved family is not one fixed word of the goal)"})
     world_unique_objects: bool = field(default=True, metadata={
         "help": "each site holds one kind of object and no noun is in two sites, so a memory about an object "
                 "belongs to one world and site (generator version 4; false = version 3's shared nouns)"})

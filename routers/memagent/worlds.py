@@ -3,8 +3,8 @@
 A **world** is fixed by its seed: a map of rooms grown as a tree on a grid from a hub room (exits
 north/south/east/west), a few *sites* (an open container in a room at least ``min_site_depth`` moves from
 the hub, holding several objects), distractor shelves in the other rooms, and in the hub a ``table`` (where
-every task delivers) and empty containers (``moved_to``: the ``cupboard``). Every task of a world is played in that same world (one
-compiled game per task; only the goal differs), so what an earlier episode learned (the route to a room,
+every task delivers) and empty containers (``moved_to``: the ``cupboard``). Every task of a world is played in
+that same world (one compiled game per task; only the goal differs), so what an earlier episode learned (the route to a room,
 which container holds which object, the command sequence that worked) is exactly what a later task needs.
 
 Task families (goal: ``"In <world>, find the <object> in the <container> and put it on the table in the <hub>."``;
@@ -15,7 +15,8 @@ the container is named, so a memory of that container's episode is findable from
   same route, same container). Objects of *unseen* worlds are held-out tasks without a sibling.
 * ``moved`` (changed world, adversarial memory): the object of a training task, in a variant of its world
   where that object now lies in a container of the hub (``moved_to``, the cupboard by default; several names
-  rotate over the moved tasks, so no single word in the goal marks the family). The goal names that container. Memory of the training episode (its ``sibling``)
+  rotate over the moved tasks: the family is not one fixed word of the goal, though hub containers still appear
+  only in moved goals). The goal names that container. Memory of the training episode (its ``sibling``)
   sends the agent down the old, now useless route; without memory the object is in sight. ``n_moved`` per seen
   world are held out; ``train_moved`` more (later sites) are training tasks, so that a router's training labels
   also show memory misleading.
