@@ -4,8 +4,9 @@ A **world** is fixed by its seed: a map of rooms grown as a tree on a grid from 
 north/south/east/west), a few *sites* (an open container in a room at least ``min_site_depth`` moves from
 the hub, holding several objects), distractor shelves in the other rooms, and in the hub a ``table`` (where
 every task delivers) and empty containers (``moved_to``: the ``cupboard``). Every task of a world is played in
-that same world (one compiled game per task; only the goal differs), so what an earlier episode learned (the route to a room,
-which container holds which object, the command sequence that worked) is exactly what a later task needs.
+that same world (one compiled game per task; only the goal differs), so what an earlier episode learned (the
+route to a room, which container holds which object, the command sequence that worked) is exactly what a later
+task needs.
 
 Task families (goal: ``"In <world>, find the <object> in the <container> and put it on the table in the <hub>."``;
 the container is named, so a memory of that container's episode is findable from the goal, but not where it is):
