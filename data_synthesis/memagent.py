@@ -147,8 +147,11 @@ def frozen_providers(cfg: ForcedExplorationConfig, exploration_dir: str | os.Pat
 
 # -- the explorer ------------------------------------------------------------------------------------------------
 def fingerprint(cfg: ForcedExplorationConfig) -> dict:  # world options / a copy prior only when used: old runs resume
-    return {k: getattr(cfg, k) for k in FINGERPRINT_FIELDS + (WORLD_OPTIONS if cfg.env != "textworld" else ())
-            + (("memory_prior",) if cfg.memory_prior else ())}
+    fp = {k: getattr(cfg, k) for k in FINGERPRINT_FIELDS + (WORLD_OPTIONS if cfg.env != "textworld" else ())
+          + (("memory_prior",) if cfg.memory_prior else ())}
+    if fp.get("world_moved_to") == ["cupboard"]:  # the default, as before the option existed: those runs resume
+        del fp["world_moved_to"]
+    return fp
 
 
 def choose_to_store(records: Sequence[dict], mode: str) -> list[dict]:

@@ -441,6 +441,26 @@ def test_forced_exploration_fingerprint_covers_the_world_options():
     assert fingerprint(ForcedExplorationConfig(env="textworld_worlds", world_rooms=6)) != worlds
     assert fingerprint(ForcedExplorationConfig(env="textworld_worlds", world_demonstrations=True)) != worlds
     assert set(fingerprint(ForcedExplorationConfig())) == set(FINGERPRINT_FIELDS)
+    # world_moved_to: in the fingerprint when set; left out at its default, so runs made before it existed resume
+    assert "world_moved_to" not in worlds
+    moved = fingerprint(ForcedExplorationConfig(env="textworld_worlds", world_moved_to=["cupboard", "drawer"]))
+    assert moved["world_moved_to"] == ["cupboard", "drawer"]
+
+
+def test_a_worlds_exploration_made_before_world_moved_to_resumes(tmp_path):
+    """Its manifest's fingerprint has no world_moved_to: resuming with the default must not be refused."""
+    from data_synthesis.memagent import ForcedExplorationConfig, ForcedExplorer, fingerprint
+    from routers.memagent.rollout import FORMAT, SCHEMA_VERSION
+
+    cfg = ForcedExplorationConfig(env="textworld_worlds", output_dir=str(tmp_path / "x"))
+    old = {k: v for k, v in fingerprint(cfg).items() if k != "world_moved_to"}
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "manifest.json").write_text(json.dumps({"format": FORMAT, "schema_version": SCHEMA_VERSION,
+                                                              "fingerprint": old}))
+    ForcedExplorer(cfg, env=object(), providers={}, progress=False).check_manifest()          # resumes
+    cfg.world_moved_to = ["drawer"]
+    with pytest.raises(ValueError, match="world_moved_to"):
+        ForcedExplorer(cfg, env=object(), providers={}, progress=False).check_manifest()
 
 
 def test_probe_refuses_unknown_families():
