@@ -149,8 +149,9 @@ def frozen_providers(cfg: ForcedExplorationConfig, exploration_dir: str | os.Pat
 def fingerprint(cfg: ForcedExplorationConfig) -> dict:  # world options / a copy prior only when used: old runs resume
     fp = {k: getattr(cfg, k) for k in FINGERPRINT_FIELDS + (WORLD_OPTIONS if cfg.env != "textworld" else ())
           + (("memory_prior",) if cfg.memory_prior else ())}
-    if fp.get("world_moved_to") == ["cupboard"]:  # the default, as before the option existed: those runs resume
-        del fp["world_moved_to"]
+    for key, default in (("world_moved_to", ["cupboard"]), ("world_moved_object", "first")):
+        if fp.get(key) == default:  # the default, as before the option existed: those runs resume
+            del fp[key]
     return fp
 
 

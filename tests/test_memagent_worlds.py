@@ -241,6 +241,29 @@ def test_unique_objects_one_kind_per_site_and_no_noun_in_two_sites():
         WorldConfig(n_seen=11, n_unseen=2)   # 39 sites; the twelve kinds hold 36
 
 
+def test_moved_object_other_moves_an_object_memory_never_saw():
+    """``moved_object: other``: a moved task's object is the site's last one (no training task fetched it), so its
+    goal names an object the memory does not remember, as a fetch goal does; only the container differs."""
+    cfg = WorldConfig(**{**TINY, "site_objects": 3, "train_repeats": 1, "train_moved": 1, "moved_object": "other"})
+    worlds, tasks = build_suite(cfg)
+    by_id, by_world = {t.task_id: t for t in tasks}, {w.world_id: w for w in worlds}
+    moved = [t for t in tasks if t.family == "moved"]
+    trained = {t.object for t in tasks if t.split == "train" and t.family == "fetch"}
+    assert len(moved) == cfg.n_seen * (cfg.n_moved + cfg.train_moved)
+    for t in moved:
+        sib, w = by_id[t.sibling], by_world[t.world_id]
+        site = [o for o, h in w.objects.items() if h == sib.holder]
+        assert t.object == site[-1] != sib.object and t.object not in trained and t.object not in t.delivered
+        assert t.moved == {"object": t.object, "from": sib.holder, "to": CUPBOARD}
+        assert task_placement(w, t, t.delivered)[t.object] == CUPBOARD and f"the {t.object} in the {CUPBOARD}" in t.goal
+    first = build_suite(WorldConfig(**{**TINY, "site_objects": 3, "train_repeats": 1, "train_moved": 1}))[1]
+    assert all(t.object == by_id[t.sibling].object for t in first if t.family == "moved")   # the default
+    with pytest.raises(ValueError, match="moved_object"):
+        WorldConfig(**{**TINY, "moved_object": "last"})
+    with pytest.raises(ValueError, match="moved_object 'other'"):
+        WorldConfig(**{**TINY, "site_objects": 2, "train_repeats": 1, "moved_object": "other"})
+
+
 def test_added_object_kinds_leave_the_suites_the_first_nine_held_unchanged():
     """Kinds added after generator version 4 only serve suites larger than the first nine kinds hold (27 sites
     of 3): a 9-world suite is generated exactly as before them (digest recorded from version 4's code), and a
@@ -442,7 +465,8 @@ def test_forced_exploration_fingerprint_covers_the_world_options():
     assert fingerprint(ForcedExplorationConfig(env="textworld_worlds", world_demonstrations=True)) != worlds
     assert set(fingerprint(ForcedExplorationConfig())) == set(FINGERPRINT_FIELDS)
     # world_moved_to: in the fingerprint when set; left out at its default, so runs made before it existed resume
-    assert "world_moved_to" not in worlds
+    assert "world_moved_to" not in worlds and "world_moved_object" not in worlds
+    assert fingerprint(ForcedExplorationConfig(env="textworld_worlds", world_moved_object="other")) != worlds
     moved = fingerprint(ForcedExplorationConfig(env="textworld_worlds", world_moved_to=["cupboard", "drawer"]))
     assert moved["world_moved_to"] == ["cupboard", "drawer"]
 

@@ -38,7 +38,7 @@ ENVS = ("textworld", "textworld_worlds")
 WORLD_OPTIONS = ("env", "worlds_seen", "worlds_unseen", "world_rooms", "world_sites", "world_site_objects", "world_moved",
                  "world_min_site_depth", "budget_factor", "budget_slack", "train_budget_factor", "world_actions",
                  "worlds_manifest", "world_train_repeats", "world_goal_names_holder", "world_train_moved",
-                 "world_demonstrations", "world_unique_objects", "world_moved_to")
+                 "world_demonstrations", "world_unique_objects", "world_moved_to", "world_moved_object")
 
 
 @dataclass
@@ -75,6 +75,9 @@ class RolloutConfig:
     world_moved_to: list[str] = field(default_factory=lambda: ["cupboard"], metadata={
         "help": "hub containers that moved objects go to, rotating over a world's moved tasks (several: the "
                 "moved family is not one fixed word of the goal)"})
+    world_moved_object: str = field(default="first", metadata={
+        "help": "first: a moved task's object is the first visit's (the one memory remembers); other: the site's "
+                "last object, so only the goal's container (vs the remembered one) tells moved from fetch"})
     world_unique_objects: bool = field(default=True, metadata={
         "help": "each site holds one kind of object and no noun is in two sites, so a memory about an object "
                 "belongs to one world and site (generator version 4; false = version 3's shared nouns)"})
@@ -149,6 +152,7 @@ def world_config(cfg: RolloutConfig):
              "goal_names_holder": "world_goal_names_holder",
              "n_moved": "world_moved", "train_moved": "world_train_moved", "demonstrations": "world_demonstrations",
              "unique_objects": "world_unique_objects", "moved_to": "world_moved_to",
+             "moved_object": "world_moved_object",
              "min_site_depth": "world_min_site_depth", "budget_factor": "budget_factor", "budget_slack": "budget_slack",
              "train_budget_factor": "train_budget_factor"}
     try:

@@ -103,6 +103,8 @@ class WorldConfig:
     n_moved: int = 1              # held-out changed-world tasks per seen world (first sites)
     train_moved: int = 0          # training changed-world tasks per seen world (the next sites)
     moved_to: list[str] = field(default_factory=lambda: [CUPBOARD])   # hub containers moved objects go to (rotating)
+    moved_object: str = "first"   # first: the first visit's object (the one memory remembers); other: the site's
+    #                               last object, never fetched in training, so only the container tells moved apart
     demonstrations: bool = False  # training first visits are played by the expert (walkthrough) agent
     unique_objects: bool = True   # one kind of object per site, no noun in two sites (OBJECT_CATEGORIES)
     min_site_depth: int = 2       # moves from the hub to a site's room
@@ -136,6 +138,11 @@ class WorldConfig:
         if not self.moved_to or len(set(self.moved_to)) != len(self.moved_to) or taken & set(self.moved_to):
             raise ValueError(f"moved_to must be distinct hub container names, none of {sorted(taken)}, got "
                              f"{list(self.moved_to)}")
+        if self.moved_object not in ("first", "other"):
+            raise ValueError(f"moved_object must be 'first' or 'other', got {self.moved_object!r}")
+        if self.moved_object == "other" and self.site_objects - 1 <= self.train_repeats:
+            raise ValueError("moved_object 'other' needs a site object no training task fetches: site_objects must "
+                             f"exceed train_repeats + 1 (got {self.site_objects}, {self.train_repeats})")
         if self.min_site_depth < 1:
             raise ValueError(f"min_site_depth must be >= 1, got {self.min_site_depth}")
         if self.budget_factor < 1.0 or self.train_budget_factor < 1.0 or self.budget_slack < 0:
@@ -370,9 +377,10 @@ def world_tasks(cfg: WorldConfig, world: WorldSpec, seen: bool) -> list[TaskSpec
         moved_sites += [(box, "train") for box in world.sites[cfg.n_moved:cfg.n_moved + cfg.train_moved]]
         for i, (box, split) in enumerate(moved_sites):
             stale, to = first[box], cfg.moved_to[(world.seed + i) % len(cfg.moved_to)]
-            out.append(_task(cfg, world, "moved", split, stale.object, to, stale.task_id,
-                             moved={"object": stale.object, "from": box, "to": to}))
-            out[-1].delivered = [o for o in played if o != stale.object]
+            obj = stale.object if cfg.moved_object == "first" else [o for o, h in world.objects.items() if h == box][-1]
+            out.append(_task(cfg, world, "moved", split, obj, to, stale.task_id,
+                             moved={"object": obj, "from": box, "to": to}))
+            out[-1].delivered = [o for o in played if o != obj]
     return out
 
 
