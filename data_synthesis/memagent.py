@@ -40,7 +40,7 @@ import os
 import sys
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -149,8 +149,9 @@ def frozen_providers(cfg: ForcedExplorationConfig, exploration_dir: str | os.Pat
 def fingerprint(cfg: ForcedExplorationConfig) -> dict:  # world options / a copy prior only when used: old runs resume
     fp = {k: getattr(cfg, k) for k in FINGERPRINT_FIELDS + (WORLD_OPTIONS if cfg.env != "textworld" else ())
           + (("memory_prior",) if cfg.memory_prior else ())}
-    for key, default in (("world_moved_to", ["cupboard"]), ("world_moved_object", "first")):
-        if fp.get(key) == default:  # the default, as before the option existed: those runs resume
+    defaults = {f.name: f.default_factory() if f.default_factory is not MISSING else f.default for f in fields(cfg)}
+    for key in ("world_moved_to", "world_moved_object"):  # added later: at their default, as before, old runs resume
+        if key in fp and fp[key] == defaults[key]:
             del fp[key]
     return fp
 

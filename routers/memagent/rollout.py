@@ -73,8 +73,7 @@ class RolloutConfig:
     world_moved: int = field(default=1, metadata={"help": "held-out changed-world (moved object) tasks per seen world"})
     world_train_moved: int = field(default=0, metadata={"help": "training changed-world tasks per seen world"})
     world_moved_to: list[str] = field(default_factory=lambda: ["cupboard"], metadata={
-        "help": "hub containers that moved objects go to, rotating over a world's moved tasks (several: the "
-                "moved family is not one fixed word of the goal)"})
+        "help": "hub containers that moved objects go to, rotating over a world's moved tasks"})
     world_moved_object: str = field(default="first", metadata={
         "help": "first: a moved task's object is the first visit's (the one memory remembers); other: the site's "
                 "last object, so only the goal's container (vs the remembered one) tells moved from fetch"})
