@@ -78,6 +78,9 @@ class MemAgentEvalConfig:
     reuse_retrieved: bool = field(default=True, metadata={
         "help": "inject the Begin memories recorded in heldout/tasks.jsonl (exactly what the baseline rollouts "
                 "saw); false = retrieve live from the frozen stores"})
+    counterfactual_probes: bool = field(default=True, metadata={
+        "help": "persistent-world suite: also ask the router Begin on edited held-out goals (container / object "
+                "swapped, previews unchanged) to show which cue it reads (eval.memagent_cues)"})
     device: str | None = None
     router_dtype: str = field(default="float32", metadata={
         "help": "float32 | bfloat16 | float16 | auto (bfloat16 where it pays off, as agent_dtype: auto): the "
@@ -293,6 +296,18 @@ def _begin_train_fit(cfg: MemAgentEvalConfig, router, ctx: RolloutContext) -> di
     return begin_train_fit(router, task_records, labels, ctx.providers)
 
 
+def _counterfactual(cfg: MemAgentEvalConfig, router, ctx: RolloutContext) -> dict | None:
+    """Begin on edited held-out goals (eval.memagent_cues); persistent-world explorations only."""
+    from eval.memagent_cues import counterfactual_begin, validate_task_meta
+
+    tasks_file = Path(cfg.exploration_dir) / "heldout" / "tasks.jsonl"
+    if exploration_config(cfg.exploration_dir).env != "textworld_worlds" or not tasks_file.is_file():
+        return None
+    heldout = {r["task_id"]: r for r in read_jsonl(tasks_file, required=("task_id", "goal", "previews", "task"),
+                                                   validate=lambda r: (_validate_task_record(r), validate_task_meta(r)))}
+    return counterfactual_begin(router, heldout, ctx.providers)
+
+
 def _main(cfg: MemAgentEvalConfig, records_file: Path) -> dict:
     out_dir = Path(cfg.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -310,6 +325,10 @@ def _main(cfg: MemAgentEvalConfig, records_file: Path) -> dict:
         fit = _begin_train_fit(cfg, router, ctx)
         if fit is not None:
             metrics["begin_train_fit"] = fit
+        if cfg.counterfactual_probes:
+            cues = _counterfactual(cfg, router, ctx)
+            if cues is not None:
+                metrics["counterfactual_begin"] = cues
     metrics["baselines_by_in_policy"] = {pol: baseline_rows(tab, options, complete_tasks(tab, options))
                                          for pol, tab in tables.items() if complete_tasks(tab, options)}
     metrics["oracle_any_in_policy"] = oracle_any(tables, options, order)
@@ -344,6 +363,9 @@ def _print_summary(m: dict) -> None:
         rows = {**block["baselines"], **({"routed": block["routed"]} if "routed" in block else {})}
         lines.append(f"  [{kind}, {block['n']} tasks] " + ", ".join(f"{k} {pct(r['success_rate'])}"
                                                                    for k, r in rows.items()))
+    if "counterfactual_begin" in m:
+        from eval.memagent_cues import format_cues
+        lines += format_cues(m["counterfactual_begin"])
     print("\n".join(lines))  # the result table the command was run for (stdout, as the other evaluations)
 
 

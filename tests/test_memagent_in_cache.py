@@ -157,6 +157,27 @@ def test_prefix_cache_is_dropped_when_the_weights_change(tiny_llama_dir, one_tor
     assert cache.last_reused == 0 and torch.allclose(got, ref, atol=1e-4 * max(1.0, float(ref.abs().max())))
 
 
+def test_an_identical_call_reruns_nothing_until_the_weights_change(tiny_llama_dir, one_torch_thread):
+    from routers.memagent.in_cache import PrefixKVCache
+    from routers.memagent.router import sequence_log_probs
+
+    router = _router(tiny_llama_dir)
+    cache = PrefixKVCache(router.model)
+    calls = []
+    router.model.register_forward_pre_hook(lambda *_: calls.append(1))
+    seqs, starts = [list(range(100, 150)) + [5], list(range(100, 150)) + [6]], [50, 50]
+    first = cache.score(seqs, starts)
+    again = cache.score([list(s) for s in seqs], list(starts))  # a step that added nothing: the same ids
+    assert len(calls) == 1 and torch.equal(first, again) and cache.last_reused == 50
+    assert again.data_ptr() != first.data_ptr()  # a copy, not the memo itself
+    cache.score(seqs, [49, 50])  # other scored positions: computed
+    assert len(calls) == 2
+    with torch.no_grad():
+        next(router.model.parameters()).mul_(1.5)
+    got = cache.score(seqs, starts)
+    assert len(calls) == 3 and torch.allclose(got, sequence_log_probs(router.model, seqs, starts), atol=1e-4 * 50)
+
+
 def test_sft_in_records_match_router_prompts(tiny_llama_dir):
     from data_synthesis.memagent_supervision import in_labels
 

@@ -776,6 +776,7 @@ def test_exploration_to_sft_to_eval_end_to_end(tmp_path, tiny_llama_dir, monkeyp
     n_labels = sum(1 for _ in open(xdir / "begin.jsonl"))
     fit = m["begin_train_fit"]  # the router's own training tasks, scored from their recorded previews
     assert fit["tasks"] == n_labels >= 1 and sum(fit["choices"].values()) == n_labels and fit["prob_spread"] >= 0
+    assert "counterfactual_begin" not in m  # the probes edit persistent-world goals only
     routed = [json.loads(line) for line in open(tmp_path / "eval" / "routed.jsonl")]
     held = {r["task_id"]: r for r in map(json.loads, open(xdir / "heldout" / "tasks.jsonl"))}
     for r in routed:  # the Begin memory injected is the one the baseline rollout of that option saw

@@ -12,7 +12,9 @@ what is new:
   forward: one packed row with a tree attention mask (prompt tokens causal; each candidate sees the
   prompt and itself) and only the logits rows the scores need;
 * the candidates (and the question, at the next step that adds a log line) are cropped off again, so the cache holds the
-  prompt only; a new task keeps just the common prefix (system prompt), the rest is recomputed.
+  prompt only; a new task keeps just the common prefix (system prompt), the rest is recomputed;
+* the very same call again (a step that added nothing to the log: about half the steps of a worlds rollout)
+  returns the last scores without a forward: same token ids and same weights give the same scores.
 
 It works on token ids, so it is exact for any prompt text: the scores are those of
 ``router.sequence_log_probs`` on the full prompt (same ids, float rounding apart); a change of the model's
@@ -52,9 +54,10 @@ class PrefixKVCache:
         self.cache = None
         self.last_reused = 0
         self.version = None           # the weights the cache was computed with
+        self.last = None              # (sequences, starts, scores) of the last call: an identical call reruns nothing
 
     def reset(self) -> None:
-        self.ids, self.cache, self.last_reused = [], None, 0
+        self.ids, self.cache, self.last_reused, self.last = [], None, 0, None
 
     def weights_version(self) -> tuple:
         """Device, dtype and the sum of the parameters' in-place version counters (an optimizer step or a
@@ -75,6 +78,10 @@ class PrefixKVCache:
         if version != self.version:
             self.reset()
             self.version = version
+        key = (tuple(map(tuple, sequences)), tuple(starts))
+        if self.last is not None and self.last[0] == key:  # same ids, same weights: the same scores, no forward
+            self.last_reused = shared
+            return self.last[1].clone()
         past = min(common_prefix_length(self.ids, prompt), shared - 1) if self.cache is not None else 0
         if past == 0:
             self.cache = None
@@ -104,6 +111,7 @@ class PrefixKVCache:
             rows = [0 if j == shared else 1 + offset + j - shared - 1 for j in range(starts[i], len(seq))]
             scores[i] = float(logp[rows, list(seq[starts[i]:])].sum())
             offset += lengths[i]
+        self.last = (key, scores.clone())
         return scores
 
     @staticmethod
