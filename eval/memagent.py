@@ -18,8 +18,10 @@ exact agreement with the oracle's label: the solving option with the fewest step
 injected tokens, then pool order with None first), the paper's Table 13 coverage distribution, injected
 tokens per task and average steps; and ``begin_offline``: Begin decisions on the recorded probe previews
 (no rollouts) for the trained router and the untrained base model (paper Table 12), with the success rate
-those choices imply under the baseline In policy. Writes ``metrics.json``, ``routed.jsonl`` (resumable, one line per
-task), ``begin_confusion.png``, ``coverage.png`` and ``resolved_config.yaml`` into ``output_dir``.
+those choices imply under the baseline In policy; on the persistent-world suite, ``counterfactual_begin``:
+Begin on held-out goals edited to name another container or object (eval.memagent_cues: which cue the router
+reads). Writes ``metrics.json``, ``routed.jsonl`` (resumable, one line per task), ``begin_confusion.png``,
+``coverage.png`` and ``resolved_config.yaml`` into ``output_dir``.
 """
 
 from __future__ import annotations
