@@ -16,7 +16,7 @@ from routers.memagent.agent import RandomCommandAgent, WalkthroughAgent, run_epi
 from routers.memagent.protocol import Trajectory, TrajectoryStep, Task
 from routers.memagent.rollout import (RolloutConfig, RolloutContext, RolloutJob, build_env, exploration_record,
                                       world_config)
-from routers.memagent.worlds import (CUPBOARD, TARGET, UNSEEN_SEED_OFFSET, WorldConfig, build_suite, make_world,
+from routers.memagent.worlds import (SPARE_NOUNS, CUPBOARD, TARGET, UNSEEN_SEED_OFFSET, WorldConfig, build_suite, make_world,
                                      step_budget, task_placement, walkthrough)
 from routers.memagent.worlds_env import WorldManifestError, WorldSuite, load_manifest
 from routers.memagent.worlds_probe import memory_text, select_tasks, summarize
@@ -262,6 +262,32 @@ def test_moved_object_other_moves_an_object_memory_never_saw():
         WorldConfig(**{**TINY, "moved_object": "last"})
     with pytest.raises(ValueError, match="moved_object 'other'"):
         WorldConfig(**{**TINY, "site_objects": 2, "train_repeats": 1, "moved_object": "other"})
+
+
+def test_moved_object_spare_names_an_object_no_other_task_names():
+    """``moved_object: spare`` (the fix for ``other``, whose moved object was also a held-out fetch task's, so that
+    task retrieved the stored moved memory, measured: 18 of 30 held-out fetch tasks misled): each seen site holds
+    one extra object, only its moved task names it; the other modes generate the same worlds as before."""
+    import json
+
+    base = {**TINY, "site_objects": 3, "train_repeats": 1, "n_sites": 3, "n_moved": 1, "train_moved": 2}
+    cfg = WorldConfig(**{**base, "moved_object": "spare"})
+    worlds, tasks = build_suite(cfg)
+    moved = [t for t in tasks if t.family == "moved"]
+    fetched = {t.object for t in tasks if t.family == "fetch"}
+    assert len(moved) == cfg.n_seen * cfg.n_sites and len({t.object for t in moved}) == len(moved)
+    assert not {t.object for t in moved} & fetched
+    assert all(t.object.split()[-1] in SPARE_NOUNS and f"the {t.moved['to']} and" in t.goal for t in moved)
+    for w in worlds:  # seen worlds: the site objects + the spare one; the unseen world as in the other modes
+        spare = [o for o in w.objects if o.split()[-1] in SPARE_NOUNS]
+        assert len(spare) == (cfg.n_sites if w.seed < UNSEEN_SEED_OFFSET else 0)
+    plain = [WorldConfig(**{**base, "moved_object": m}) for m in ("first", "other")]
+    spare_free = [{o: h for o, h in w.objects.items() if o.split()[-1] not in SPARE_NOUNS} for w in worlds]
+    for other in plain:
+        assert json.dumps([w.objects for w in build_suite(other)[0]]) == json.dumps(spare_free)
+    assert sum(t.family == "fetch" for t in tasks) == sum(t.family == "fetch" for t in build_suite(plain[0])[1])
+    with pytest.raises(ValueError, match="spare nouns"):
+        WorldConfig(n_seen=13, n_unseen=0, n_sites=3, unique_objects=False, moved_object="spare")
 
 
 def test_added_object_kinds_leave_the_suites_the_first_nine_held_unchanged():

@@ -75,8 +75,8 @@ class RolloutConfig:
     world_moved_to: list[str] = field(default_factory=lambda: ["cupboard"], metadata={
         "help": "hub containers that moved objects go to, rotating over a world's moved tasks"})
     world_moved_object: str = field(default="first", metadata={
-        "help": "first: a moved task's object is the first visit's (the one memory remembers); other: the site's "
-                "last object, so only the goal's container (vs the remembered one) tells moved from fetch"})
+        "help": "first: the first visit's object (the one memory remembers); other: the site's last (a held-out "
+                "fetch's too); spare: an extra one per seen site no other task names (WorldConfig.moved_object)"})
     world_unique_objects: bool = field(default=True, metadata={
         "help": "each site holds one kind of object and no noun is in two sites, so a memory about an object "
                 "belongs to one world and site (generator version 4; false = version 3's shared nouns)"})

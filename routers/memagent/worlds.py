@@ -56,36 +56,9 @@ UNSEEN_SEED_OFFSET = 100_000
 DIRECTIONS = {"north": (0, 1), "south": (0, -1), "east": (1, 0), "west": (-1, 0)}
 OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east"}
 TARGET, CUPBOARD = "table", "cupboard"
-ROOMS = ("hallway", "pantry", "attic", "cellar", "garage", "study", "bedroom", "bathroom", "library", "workshop",
-         "scullery", "sunroom", "office", "nursery", "storeroom", "gallery", "lounge", "vestibule", "larder", "den")
-HUBS = ("kitchen", "foyer", "parlor", "porch")
-WORLD_NAMES = ("Harbor House", "Maple Cottage", "Granite Manor", "Willow Lodge", "Cedar Villa", "Amber Hall",
-               "Birch Cabin", "Copper Farmhouse", "Elm Bungalow", "Juniper House", "Linden Manor", "Oak Cottage")
-CONTAINERS = ("chest", "cabinet", "crate", "locker", "trunk", "basket", "toolbox", "wardrobe", "coffer", "bin")
-SUPPORTERS = ("shelf", "desk", "workbench", "bench", "stand", "sideboard", "rack", "dresser", "counter", "ledge")
-ADJECTIVES = ("red", "blue", "green", "yellow", "silver", "golden", "wooden", "old", "small", "shiny", "black",
-              "white")
-NOUNS = ("key", "ball", "coin", "book", "lamp", "cup", "map", "ring", "candle", "hat", "bell", "spoon", "scarf",
-         "flute", "compass", "glove", "kettle", "vase", "whistle", "brush", "feather", "mirror", "clock", "button")
-# with ``unique_objects`` each site holds objects of one kind (a toolbox of tools), and no noun is in two sites
-# of a suite: a memory about an object (and, by its kind, about a site) belongs to one world and one site
-OBJECT_CATEGORIES = {
-    "kitchenware": ("teapot", "ladle", "whisk", "skillet", "grater", "sieve", "saucer", "platter", "tureen"),
-    "instruments": ("harmonica", "violin", "trumpet", "drum", "banjo", "kazoo", "flute", "whistle", "bell"),
-    "jewelry": ("locket", "pendant", "bracelet", "brooch", "tiara", "anklet", "earring", "necklace", "ring"),
-    "tools": ("hammer", "chisel", "wrench", "trowel", "pliers", "screwdriver", "saw", "drill", "file"),
-    "toys": ("puppet", "yoyo", "kite", "marble", "domino", "dice", "rattle", "teddy", "doll"),
-    "stationery": ("diary", "ledger", "scroll", "quill", "inkwell", "stamp", "envelope", "postcard", "notebook"),
-    "navigation": ("telescope", "sextant", "hourglass", "abacus", "globe", "atlas", "compass", "clock", "barometer"),
-    "clothing": ("scarf", "hat", "glove", "cane", "helmet", "goggles", "umbrella", "parasol", "boot"),
-    "sewing": ("needle", "spindle", "bobbin", "thimble", "scissors", "yarn", "button", "ribbon", "pincushion"),
-    # added after generator version 4; used only by suites with more sites than the nine kinds above hold
-    "gardening": ("spade", "rake", "hoe", "shears", "sickle", "pitchfork", "wheelbarrow", "sprinkler", "mattock"),
-    "fruit": ("apple", "pear", "plum", "lemon", "melon", "peach", "cherry", "mango", "grape"),
-    "sports": ("racket", "shuttlecock", "frisbee", "javelin", "discus", "baton", "skates", "paddle", "dumbbell"),
-}
-CATEGORY_SIZE = 9
-FIRST_CATEGORIES = 9   # the kinds of generator version 4: suites they can hold are generated exactly as then
+from routers.memagent.worlds_vocab import (ADJECTIVES, CATEGORY_SIZE, CONTAINERS, FIRST_CATEGORIES,  # noqa: F401
+                                           HUBS, NOUNS, OBJECT_CATEGORIES, ROOMS, SPARE_NOUNS, SUPPORTERS,
+                                           WORLD_NAMES)
 
 
 @dataclass
@@ -104,7 +77,8 @@ class WorldConfig:
     train_moved: int = 0          # training changed-world tasks per seen world (the next sites)
     moved_to: list[str] = field(default_factory=lambda: [CUPBOARD])   # hub containers moved objects go to (rotating)
     moved_object: str = "first"   # first: the first visit's object (the one memory remembers); other: the site's
-    #                               last object, never fetched in training, so only the container tells moved apart
+    #   last object (never fetched in training, but a held-out fetch task's: that task then retrieves the stored
+    #   moved memory); spare: an extra object per seen site (SPARE_NOUNS) that no other task names
     demonstrations: bool = False  # training first visits are played by the expert (walkthrough) agent
     unique_objects: bool = True   # one kind of object per site, no noun in two sites (OBJECT_CATEGORIES)
     min_site_depth: int = 2       # moves from the hub to a site's room
@@ -138,8 +112,11 @@ class WorldConfig:
         if not self.moved_to or len(set(self.moved_to)) != len(self.moved_to) or taken & set(self.moved_to):
             raise ValueError(f"moved_to must be distinct hub container names, none of {sorted(taken)}, got "
                              f"{list(self.moved_to)}")
-        if self.moved_object not in ("first", "other"):
-            raise ValueError(f"moved_object must be 'first' or 'other', got {self.moved_object!r}")
+        if self.moved_object not in ("first", "other", "spare"):
+            raise ValueError(f"moved_object must be 'first', 'other' or 'spare', got {self.moved_object!r}")
+        if self.moved_object == "spare" and self.n_seen * self.n_sites > len(SPARE_NOUNS):
+            raise ValueError(f"moved_object 'spare' names one object per seen site: n_seen * n_sites = "
+                             f"{self.n_seen * self.n_sites} > {len(SPARE_NOUNS)} spare nouns")
         if self.moved_object == "other" and self.site_objects - 1 <= self.train_repeats:
             raise ValueError("moved_object 'other' needs a site object no training task fetches: site_objects must "
                              f"exceed train_repeats + 1 (got {self.site_objects}, {self.train_repeats})")
@@ -294,11 +271,14 @@ def make_world(cfg: WorldConfig, seed: int, index: int = 0) -> WorldSpec:
         if cfg.unique_objects:
             own, spare = object_nouns(cfg, index)
             per_site, nouns = [iter(rng.sample(o, len(o))) for o in own], iter(rng.sample(spare, len(spare)))
-        for room, box, site_nouns in zip(site_rooms, containers, per_site):
+        for k, (room, box, site_nouns) in enumerate(zip(site_rooms, containers, per_site)):
             spec.holders[box] = {"room": room, "kind": "container"}
             spec.sites.append(box)
             for _ in range(cfg.site_objects):
                 spec.objects[f"{rng.choice(ADJECTIVES)} {next(site_nouns)}"] = box
+            if cfg.moved_object == "spare" and index < cfg.n_seen:  # no rng draw: other modes generate as before
+                n = cfg.n_sites * index + k
+                spec.objects[f"{ADJECTIVES[n % len(ADJECTIVES)]} {SPARE_NOUNS[n]}"] = box
         for room in names:  # distractors: a supporter (maybe with an object) in every other room
             if room in site_rooms:
                 continue
@@ -356,7 +336,7 @@ def world_tasks(cfg: WorldConfig, world: WorldSpec, seen: bool) -> list[TaskSpec
     out: list[TaskSpec] = []
     first: dict[str, TaskSpec] = {}
     for box in world.sites:
-        objs = [o for o, h in world.objects.items() if h == box]
+        objs = [o for o, h in world.objects.items() if h == box][:cfg.site_objects]  # not the spare one
         for i, obj in enumerate(objs):
             train = seen and i <= cfg.train_repeats
             sib = None if (i == 0 or not seen) else first[box].task_id
@@ -377,7 +357,8 @@ def world_tasks(cfg: WorldConfig, world: WorldSpec, seen: bool) -> list[TaskSpec
         moved_sites += [(box, "train") for box in world.sites[cfg.n_moved:cfg.n_moved + cfg.train_moved]]
         for i, (box, split) in enumerate(moved_sites):
             stale, to = first[box], cfg.moved_to[(world.seed + i) % len(cfg.moved_to)]
-            obj = stale.object if cfg.moved_object == "first" else [o for o, h in world.objects.items() if h == box][-1]
+            in_box = [o for o, h in world.objects.items() if h == box]  # the spare one last
+            obj = {"first": stale.object, "other": in_box[cfg.site_objects - 1], "spare": in_box[-1]}[cfg.moved_object]
             out.append(_task(cfg, world, "moved", split, obj, to, stale.task_id,
                              moved={"object": obj, "from": box, "to": to}))
             out[-1].delivered = [o for o in played if o != obj]
