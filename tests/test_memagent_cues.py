@@ -95,3 +95,22 @@ def test_a_task_record_without_meta_names_file_and_line(tmp_path):
     path.write_text(json.dumps(good) + "\n" + json.dumps(broken) + "\n")
     with pytest.raises(ValueError, match=r"tasks\.jsonl:2.*task\.meta\.holder"):
         list(read_jsonl(path, validate=validate_task_meta))
+
+
+def test_eval_runs_the_probes_on_a_worlds_exploration_only(tmp_path):
+    from types import SimpleNamespace
+
+    from eval.memagent import MemAgentEvalConfig, _counterfactual
+
+    (tmp_path / "heldout").mkdir()
+    lines = [json.dumps(r) for r in HELDOUT.values()]
+    (tmp_path / "heldout" / "tasks.jsonl").write_text("\n".join(lines) + "\n")
+    ctx = SimpleNamespace(providers={"memp": object(), "voyager": object()})
+    cfg = MemAgentEvalConfig(exploration_dir=str(tmp_path))
+    (tmp_path / "resolved_config.yaml").write_text("env: textworld\n")
+    assert _counterfactual(cfg, ComparesContainers(), ctx) is None  # other environments: no goals to edit
+    (tmp_path / "resolved_config.yaml").write_text("env: textworld_worlds\n")
+    assert _counterfactual(cfg, ComparesContainers(), ctx)["agreement"] == 1.0
+    (tmp_path / "heldout" / "tasks.jsonl").write_text(lines[0] + "\n" + json.dumps({**HELDOUT["m1"], "task": {}}) + "\n")
+    with pytest.raises(ValueError, match=r"heldout/tasks\.jsonl:2.*task\.meta"):
+        _counterfactual(cfg, ComparesContainers(), ctx)
