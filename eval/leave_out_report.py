@@ -76,7 +76,7 @@ def bar_plot(kind: str, rows: dict, path: Path) -> None:
 
     metric, corpora = METRICS[kind][0], list(rows)
     calibrated = [c for c in corpora if rows[c].get("calibration")]
-    fig = Figure(figsize=((1.8 + 1.6 * len(corpora)) * (2 if calibrated else 1), 3.6))
+    fig = Figure(figsize=((1.8 + 1.6 * len(corpora)) * (2 if calibrated else 1), 4.2))
     ax = fig.add_subplot(1, 2 if calibrated else 1, 1)
     x = np.arange(len(corpora))
     models = [m for m in MODELS + (tuple(RETRIEVAL_EXTRA) if kind == "retrieval" else ())
@@ -90,7 +90,7 @@ def bar_plot(kind: str, rows: dict, path: Path) -> None:
     ax.set_ylabel(metric)
     ax.set_ylim(0, 1)
     ax.set_title(f"{kind}: held-out {metric}, router trained without the corpus")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=4)  # below the bars, never over them
     if calibrated:
         calibration_panel(fig.add_subplot(1, 2, 2), {c: rows[c]["calibration"] for c in calibrated})
     save_figure(fig, path)
@@ -117,6 +117,6 @@ def calibration_panel(ax, cals: dict) -> None:
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("stop-precision on the left-out corpus (0 = never stops)")
     ax.set_title("calibration travel")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3)
 
 
