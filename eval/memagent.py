@@ -36,9 +36,9 @@ from tqdm.auto import tqdm
 import data_synthesis.memagent as exploration  # its config + frozen stores; tests replace its build_providers_from
 from routers.io import OutputLock, ResumableJsonlWriter, atomic_write_json, read_jsonl
 from eval.memagent_metrics import (EXPLORATION_FIELDS, baseline_rows, begin_accuracy, begin_train_fit,
-                                   complete_tasks, coverage_distribution, evaluate, load_all_outcomes, load_outcomes,
-                                   offline_begin, option_label, oracle_any, oracle_option, overhead, routed_metrics,
-                                   row_metrics)
+                                   complete_tasks, coverage_distribution, end_decisions, evaluate,
+                                   load_all_outcomes, load_outcomes, offline_begin, option_label, oracle_any,
+                                   oracle_option, overhead, routed_metrics, row_metrics)
 from routers.base import library_versions
 from eval.memagent_by_type import by_task_type, task_type, write_type_report
 from routers.memagent.providers import ProviderProbe
@@ -80,6 +80,9 @@ class MemAgentEvalConfig:
     reuse_retrieved: bool = field(default=True, metadata={
         "help": "inject the Begin memories recorded in heldout/tasks.jsonl (exactly what the baseline rollouts "
                 "saw); false = retrieve live from the frozen stores"})
+    report_end: bool = field(default=True, metadata={
+        "help": "also ask End what it would store for each routed trajectory (reported per task type; the stores "
+                "stay frozen, nothing is stored)"})
     counterfactual_probes: bool = field(default=True, metadata={
         "help": "persistent-world suite: also ask the router Begin on edited held-out goals (container / object "
                 "swapped, previews unchanged) to show which cue it reads (eval.memagent_cues)"})
@@ -305,8 +308,12 @@ def _counterfactual(cfg: MemAgentEvalConfig, router, ctx: RolloutContext) -> dic
     tasks_file = Path(cfg.exploration_dir) / "heldout" / "tasks.jsonl"
     if exploration_config(cfg.exploration_dir).env != "textworld_worlds" or not tasks_file.is_file():
         return None
+    def validate(rec):
+        _validate_task_record(rec)
+        validate_task_meta(rec)
+
     heldout = {r["task_id"]: r for r in read_jsonl(tasks_file, required=("task_id", "goal", "previews", "task"),
-                                                   validate=lambda r: (_validate_task_record(r), validate_task_meta(r)))}
+                                                   validate=validate)}
     return counterfactual_begin(router, heldout, ctx.providers)
 
 
@@ -318,6 +325,8 @@ def _main(cfg: MemAgentEvalConfig, records_file: Path) -> dict:
     runs = None
     if cfg.router and str(cfg.router).lower() != "none":
         router, ctx, runs = _routed_runs(cfg, pool, order, out_dir)
+        if cfg.report_end:
+            end_decisions(router, runs, ctx.providers)
     metrics = evaluate(tables[cfg.baseline_in_policy], options, runs)
     tasks_file = Path(cfg.exploration_dir) / "heldout" / "tasks.jsonl"
     if runs is not None and tasks_file.exists():
@@ -359,6 +368,10 @@ def _print_summary(m: dict) -> None:
     for name in ("routed",):
         if name in m:
             lines.append(f"  routed        {pct(m['routed']['success_rate'])}  steps {m['routed']['avg_steps']}")
+            if "end_choices" in m["routed"]:
+                rate = m["routed"]["end_store_rate"]
+                lines.append(f"  End would store: {m['routed']['end_choices']} (stores something after "
+                             f"{pct(rate['after_success'])} of successes, {pct(rate['after_failure'])} of failures)")
     for name, row in m["baselines"].items():
         lines.append(f"  {name:<13} {pct(row['success_rate'])}  steps {row['avg_steps']}")
     for kind, block in (m.get("by_task_type") or {}).items():

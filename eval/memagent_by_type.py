@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from eval.memagent_metrics import baseline_rows, option_label, row_metrics
+from eval.memagent_metrics import baseline_rows, end_report, option_label, row_metrics
 
 
 def task_type(task) -> str:
@@ -35,7 +35,8 @@ def task_type(task) -> str:
 def _routed_row(runs: Sequence[Mapping]) -> dict:
     decisions = sum(r.get("in_decisions", 0) for r in runs)
     return {**row_metrics(runs), "begin_choices": dict(Counter(option_label(r["begin_provider"]) for r in runs)),
-            "in_query_rate": (sum(r["in_queries"] for r in runs) / decisions) if decisions else None}
+            "in_query_rate": (sum(r["in_queries"] for r in runs) / decisions) if decisions else None,
+            **end_report(runs)}
 
 
 def by_task_type(table: Mapping[str, Mapping], options: Sequence[str | None], tasks: Sequence[str],

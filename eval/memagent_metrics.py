@@ -185,7 +185,33 @@ def routed_metrics(runs: Sequence[Mapping]) -> dict:
                                   if sum(r.get("in_decisions", 0) for r in runs) else None),
                 "begin_choices": dict(Counter(option_label(r["begin_provider"]) for r in runs)),
                 "overhead": overhead(runs)})
+    out.update(end_report(runs))
     return out
+
+
+def end_decisions(router, runs: Sequence[dict], providers: Mapping[str, Any]) -> None:
+    """What the router's End would store for each routed trajectory, as ``run["end_choice"]`` (provider names).
+    Evaluation keeps the stores frozen, so these are reported, not applied."""
+    from tqdm.auto import tqdm
+
+    from routers.memagent.protocol import Trajectory
+
+    for r in tqdm(runs, desc="End decisions", unit="task"):
+        if "end_choice" not in r and isinstance(r.get("trajectory"), dict):
+            r["end_choice"] = router.end(Trajectory.from_dict(r["trajectory"]), providers)
+
+
+def end_report(runs: Sequence[Mapping]) -> dict:
+    """End's storage choices (``"memp+voyager"``, ``"None"``: store nowhere) and how often it stores anything
+    after a success and after a failure (a useful End keeps successes, skips failures). Empty without choices."""
+    ends = [r for r in runs if "end_choice" in r]
+    if not ends:
+        return {}
+    def store_rate(success: bool):
+        group = [bool(r["end_choice"]) for r in ends if bool(r["success"]) == success]
+        return _mean([float(x) for x in group])
+    return {"end_choices": dict(Counter("+".join(r["end_choice"]) or NONE for r in ends)),
+            "end_store_rate": {"after_success": store_rate(True), "after_failure": store_rate(False)}}
 
 
 # -- report --------------------------------------------------------------------------------------------

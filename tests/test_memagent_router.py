@@ -595,6 +595,26 @@ def test_routed_rollouts_with_fakes(tmp_path):
     assert fixed["trajectory"]["meta"]["in_policy"] == "never"
 
 
+def test_end_report_counts_store_sets_and_stores_after_success_and_failure():
+    from eval.memagent_metrics import end_decisions, end_report
+
+    runs = [{"success": True, "end_choice": ["memp"]}, {"success": True, "end_choice": ["memp", "voyager"]},
+            {"success": True, "end_choice": []}, {"success": False, "end_choice": []},
+            {"success": False, "end_choice": ["voyager"]}, {"success": False}]   # the last: End not asked
+    assert end_report(runs) == {"end_choices": {"memp": 1, "memp+voyager": 1, "None": 2, "voyager": 1},
+                                "end_store_rate": {"after_success": 2 / 3, "after_failure": 0.5}}
+    assert end_report([{"success": True}]) == {}
+
+    class Storer:  # stores successes only
+        def end(self, trajectory, providers):
+            return list(providers) if trajectory.success else []
+
+    fresh = [{"success": s, "trajectory": {"task": {"task_id": f"t{i}", "goal": "g"}, "steps": [], "success": s}}
+             for i, s in enumerate((True, False))]
+    end_decisions(Storer(), fresh, {"memp": None})
+    assert [r["end_choice"] for r in fresh] == [["memp"], []]
+
+
 def test_eval_main_with_real_router_and_fake_environment(tmp_path, tiny_llama_dir, monkeypatch, one_torch_thread):
     import json
 
@@ -626,6 +646,10 @@ def test_eval_main_with_real_router_and_fake_environment(tmp_path, tiny_llama_di
     assert saved["oracle_any_in_policy"] == {"tasks": 4, "success_rate": 1.0, "in_policies": ["inject", "never"]}
     assert sum(saved["begin"]["confusion"]["matrix"][i][j] for i in range(3) for j in range(3)) == 3
     assert 0 < saved["routed"]["overhead"]["share"] < 1
+    # End's storage choices for each routed trajectory (reported, stores frozen), overall and per task type
+    assert sum(saved["routed"]["end_choices"].values()) == 4
+    assert set(saved["routed"]["end_store_rate"]) == {"after_success", "after_failure"}
+    assert saved["by_task_type"]["all"]["routed"]["end_choices"] == saved["routed"]["end_choices"]
     for png in ("coverage.png", "begin_confusion.png"):
         assert (tmp_path / "res" / png).read_bytes()[:4] == b"\x89PNG"
     assert m["routed"]["success_rate"] == sum(r["success"] for r in
