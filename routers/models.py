@@ -232,3 +232,56 @@ def bf16_supported() -> bool:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
+
+
+def keep_decoder_layers(model, n: int) -> int:
+    """Keep the first ``n`` decoder layers of a causal LM in place (layer pruning) and return how many it had.
+
+    Why: a router's decision is a short classification, and the first layers of a pretrained LM carry most of
+    what it needs; a router with a third of the layers costs a third per decision (the MemAgent In decision runs
+    at every agent step). The config is updated (``num_hidden_layers`` / ``n_layer``, ``layer_types``), so
+    ``save_pretrained`` writes a model every transformers loader reads as an ordinary ``n``-layer model."""
+    import torch
+
+    inner = getattr(model, "model", None) or getattr(model, "transformer", None)
+    if inner is not None and not isinstance(getattr(inner, "layers", None), torch.nn.ModuleList):
+        inner = getattr(inner, "model", inner)  # a wrapper around the decoder (e.g. a VLM's language model)
+    layers = getattr(inner, "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList):
+        layers = getattr(inner, "h", None)
+    if not isinstance(layers, torch.nn.ModuleList):
+        raise ValueError(f"keep_layers: {type(model).__name__} has no decoder layer list (model.layers or "
+                         "transformer.h) to prune")
+    total = len(layers)
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= total:
+        raise ValueError(f"keep_layers must be an integer in [1, {total}] (the model has {total} decoder layers), "
+                         f"got {n!r}")
+    del layers[n:]
+    cfg = model.config
+    for key in ("num_hidden_layers", "n_layer"):
+        if isinstance(getattr(cfg, key, None), int):
+            setattr(cfg, key, n)
+    if isinstance(getattr(cfg, "layer_types", None), list):
+        cfg.layer_types = cfg.layer_types[:n]
+    return total
+
+
+def save_pruned_base(model, tokenizer, target: str | os.PathLike) -> None:
+    """Write a pruned base (:func:`keep_decoder_layers`) to ``target`` (atomic rename; kept when it already holds
+    the same number of layers) and make it the model's ``name_or_path``, which peft records as an adapter's base:
+    a LoRA checkpoint then reloads onto the pruned layers, never onto the full-depth model."""
+    target = Path(target)
+    layers = getattr(model.config, "num_hidden_layers", getattr(model.config, "n_layer", None))
+    config = target / "config.json"
+    current = json.loads(config.read_text()) if config.exists() else {}
+    if current.get("num_hidden_layers", current.get("n_layer")) != layers:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        try:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    model.name_or_path = model.config._name_or_path = str(target)

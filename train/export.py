@@ -172,7 +172,9 @@ def load_checkpoint(checkpoint: str, base_model: str | None = None):
         if summary.exists() and base_model is None:
             from routers.config import load_yaml
 
-            base = load_yaml(summary).get("model_name_or_path", base)
+            run = load_yaml(summary)
+            if run.get("keep_layers") is None:  # a pruned router's adapter names its pruned base (pruned_base/)
+                base = run.get("model_name_or_path", base)
         if not base:
             raise ValueError(f"{checkpoint}: a LoRA adapter that does not name its base model; pass --base_model")
         check_local_model_path(base, "base model")

@@ -59,6 +59,9 @@ class MemAgentSFTConfig(LoraArgs, RunArgs, DevSplitArgs, SFTConfig):
         "help": "per phase, oversample every decision to the count of the most frequent one (training samples "
                 "only), so that a router trained on few, skewed labels does not learn the majority decision alone"})
     export_merged: bool = field(default=True, metadata={"help": "merge LoRA into the weights; false = adapter export"})
+    keep_layers: int | None = field(default=None, metadata={
+        "help": "train and export a router with only the base's first N decoder layers (every decision ~N/L of "
+                "the cost; with LoRA the pruned base is saved to output_dir/pruned_base); None = all layers"})
     in_threshold: float = 0.5
     end_threshold: float = 0.5
     router_max_input_tokens: int = 4096
@@ -91,6 +94,7 @@ class MemAgentSFTConfig(LoraArgs, RunArgs, DevSplitArgs, SFTConfig):
             number_option(self.in_threshold, "in_threshold", low=0, high=1),
             number_option(self.end_threshold, "end_threshold", low=0, high=1),
             int_option(self.router_max_input_tokens, "router_max_input_tokens"),
+            int_option(self.keep_layers, "keep_layers", allow_none=True),
             int_option(self.max_length, "max_length", allow_none=True),
             *eval_option_checks(self),
         ]))
@@ -107,7 +111,7 @@ def phase_file(value) -> str | None:
 FINGERPRINT_KEYS = ("model_name_or_path", "max_begin_samples", "max_in_samples", "max_end_samples", "min_reward",
                     "balance_decisions",
                     "use_lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "max_length",
-                    "completion_only_loss", "shuffle_dataset")
+                    "completion_only_loss", "shuffle_dataset", "keep_layers")
 
 
 def _check_messages(messages, what: str) -> None:
@@ -274,9 +278,11 @@ def export_router(model, tokenizer, cfg: MemAgentSFTConfig, export_dir: str, tra
     if cfg.export_merged and hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
     model = cast_weights(model.float(), torch_dtype(training_dtype({"bf16": cfg.bf16, "fp16": cfg.fp16})))
+    adapter_over_pruned = cfg.keep_layers is not None and hasattr(model, "peft_config")
+    base = str(Path(cfg.output_dir) / "pruned_base") if adapter_over_pruned else cfg.model_name_or_path
     router = MemAgentRouter.from_model(model, tokenizer, in_threshold=cfg.in_threshold,
                                        end_threshold=cfg.end_threshold, max_input_tokens=cfg.router_max_input_tokens,
-                                       provider_names=list(provider_names or []), base_model=cfg.model_name_or_path)
+                                       provider_names=list(provider_names or []), base_model=base)
     router.save_pretrained(export_dir, model_card=router.model_card(training=training_info))
     return router
 
@@ -290,14 +296,19 @@ def pool_names(rows: list[dict]) -> list[str]:
 
 
 def build_model(cfg: MemAgentSFTConfig):
-    """Base causal LM (+ LoRA adapters), seeded before the adapters are initialised."""
+    """Base causal LM (pruned to ``keep_layers``; + LoRA adapters), seeded before the adapters are initialised."""
     from transformers import set_seed
 
-    from routers.models import load_causal_lm
+    from routers.models import keep_decoder_layers, load_causal_lm, save_pruned_base
 
     set_seed(cfg.seed)
     model, tokenizer = load_causal_lm(cfg.model_name_or_path)
     model.config.use_cache = False
+    if cfg.keep_layers is not None:
+        total = keep_decoder_layers(model, cfg.keep_layers)
+        log.info("router: the first %d of %d decoder layers of %s", cfg.keep_layers, total, cfg.model_name_or_path)
+        if cfg.use_lora:  # the adapter's base is the pruned model: saved, so that a checkpoint reloads (export)
+            save_pruned_base(model, tokenizer, Path(cfg.output_dir) / "pruned_base")
     if cfg.use_lora:
         from peft import LoraConfig, get_peft_model
 
@@ -408,6 +419,7 @@ def main(argv=None):
             "phases": per_phase, "samples": len(rows), "steps": steps,
             "train_runtime_s": runtime, "final_loss": final_loss,
             "end_mode": "per_provider", "provider_names": pool_names(rows),
+            "layers_kept": cfg.keep_layers,
             "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "targets": cfg.lora_target_modules} if cfg.use_lora else None,
             "eval": {**held_out, **best_model_info(trainer)} if held_out else None}
     if cfg.export_dir:  # on every rank: under FSDP the full weights are gathered first

@@ -55,6 +55,8 @@ class BenchConfig:
     memagent_memories: int = field(default=10_000, metadata={"help": "Memories per provider for memagent_probe."})
     memagent_encoder: str = field(default="minilm", metadata={
         "help": "Query encoder for memagent_probe; 'none' = random query vectors."})
+    memagent_in_keep_layers: int = field(default=10, metadata={
+        "help": "memagent_in: decoder layers of the pruned router it compares (MemAgentSFTConfig.keep_layers)."})
     sufficiency_metrics: str | None = field(default="results/sufficiency_eval/metrics.json", metadata={
         "help": "quality_targets: metrics.json of `memroute eval sufficiency`."})
     retrieval_metrics: str | None = field(default="results/retriever_eval/metrics.json", metadata={

@@ -95,6 +95,19 @@ def _in_model(cfg, device: str):
     return model.to(device=device, dtype=dtype).eval(), tok, "tiny random Llama (fallback)", True
 
 
+def pruned_router(model, tok, keep: int):
+    """A router over a copy of ``model`` with its first ``keep`` decoder layers (at most all of them)."""
+    import copy
+
+    from routers.memagent.router import MemAgentRouter
+    from routers.models import keep_decoder_layers
+
+    copy_ = copy.deepcopy(model)
+    keep = min(int(keep), len(model.model.layers))
+    keep_decoder_layers(copy_, keep)
+    return MemAgentRouter.from_model(copy_.eval(), tok), keep
+
+
 def _timed(fn, device: str):
     sync(device)
     t0 = time.perf_counter()
@@ -119,13 +132,15 @@ def bench_memagent_in(cfg=None, records=None, device: str = "cpu", n_steps: int 
     rng = np.random.default_rng(getattr(cfg, "seed", 0))
     model, tok, model_name, fallback = _in_model(cfg, device)
     router, agent = MemAgentRouter.from_model(model, tok), LMCommandAgent(model, tok)
+    pruned, keep = pruned_router(model, tok, getattr(cfg, "memagent_in_keep_layers", 10))
     pools = {"all": build_providers(encoder=_RandomEncoder(DIM, 0))}
     pools["eval"] = {n: pools["all"][n] for n in EVAL_POOL}
-    full, inc = InDecisions(router, incremental=False), InDecisions(router)
+    full, inc, inc_pruned = InDecisions(router, incremental=False), InDecisions(router), InDecisions(pruned)
     legacy = lambda g, i, s: router.score_candidates([(legacy_in_messages(g, i, s), [P.QUERY, P.NOOP])], "in")
-    times = {k: [] for k in ("agent", "in_legacy", "in_full", "in_incremental", "begin_all", "begin_eval",
-                             "begin_all_uncached", "begin_eval_uncached")}
+    times = {k: [] for k in ("agent", "in_legacy", "in_full", "in_incremental", "in_pruned", "begin_all", "begin_eval",
+                             "begin_all_uncached", "begin_eval_uncached", "begin_all_pruned", "begin_eval_pruned")}
     begin_kv = {pool: PrefixKVCache(model) for pool in pools}  # one pool per router in use: a cache each
+    pruned_kv = {pool: PrefixKVCache(pruned.model) for pool in pools}
     tokens, max_diff, asked = [], 0.0, 0
     episodes = [synthetic_episode(rng, 3)] + [synthetic_episode(rng, n_steps) for _ in range(n_episodes)]  # warm-up
     for e, (task, walk) in enumerate(episodes):
@@ -135,11 +150,14 @@ def bench_memagent_in(cfg=None, records=None, device: str = "cpu", n_steps: int 
                                 int(rng.integers(5, 500))) for n, p in pools[pool].items()]
             router.begin_kv = begin_kv[pool]
             timed[f"begin_{pool}"] = [_timed(lambda: router.score_begin(task.goal, previews, pools[pool]), device)[0]]
+            pruned.begin_kv = pruned_kv[pool]
+            timed[f"begin_{pool}_pruned"] = [_timed(lambda: pruned.score_begin(task.goal, previews, pools[pool]),
+                                                    device)[0]]
             prompt, outs = P.begin_messages(task.goal, previews, pools[pool]), [None, *pools[pool]]
             timed[f"begin_{pool}_uncached"] = [_timed(lambda: router.score_candidates(
                 [(prompt, [P.begin_completion(o) for o in outs])], "begin"), device)[0]]
         stm, history = ShortTermMemory(), []
-        timed |= {k: [] for k in ("agent", "in_legacy", "in_full", "in_incremental")}
+        timed |= {k: [] for k in ("agent", "in_legacy", "in_full", "in_incremental", "in_pruned")}
         for obs, step in walk:
             summary = stm.summary()
             if summary.strip():
@@ -150,6 +168,7 @@ def bench_memagent_in(cfg=None, records=None, device: str = "cpu", n_steps: int 
                 t, b = _timed(lambda: inc.score(task.goal, step.index, summary), device)
                 timed["in_incremental"].append(t)
                 max_diff = max(max_diff, float((a - b).abs().max()))
+                timed["in_pruned"].append(_timed(lambda: inc_pruned.score(task.goal, step.index, summary), device)[0])
                 tm = router.timings[-3:]  # legacy, full, incremental: prompt tokens run
                 tokens += [[t["prompt_tokens"] - t.get("reused_tokens", 0) for t in tm]] if e else []
             memory = compose_memory("", summary)
@@ -163,11 +182,11 @@ def bench_memagent_in(cfg=None, records=None, device: str = "cpu", n_steps: int 
     per_task = {"agent_s": mean["agent"] * n_steps, "in_asked_steps": asked / n_episodes, "steps": n_steps}
 
     def router_s(pool: str, mode: str) -> float:  # before: legacy In prompt and uncached Begin
-        begin = mean[f"begin_{pool}" + ("_uncached" if mode in ("legacy", "full") else "")]
+        begin = mean[f"begin_{pool}" + {"legacy": "_uncached", "full": "_uncached", "pruned": "_pruned"}.get(mode, "")]
         return begin + per_task["in_asked_steps"] * mean[f"in_{mode}"]
 
     overhead = {f"{pool}_{mode}": router_s(pool, mode) / per_task["agent_s"]
-                for pool in ("all", "eval") for mode in ("legacy", "full", "incremental")}
+                for pool in ("all", "eval") for mode in ("legacy", "full", "incremental", "pruned")}
     p50 = {k: s["p50_s"] for k, s in stats.items()}
     return with_target({
         "benchmark": "memagent_in",
@@ -175,7 +194,8 @@ def bench_memagent_in(cfg=None, records=None, device: str = "cpu", n_steps: int 
                        "steps (ShortTermMemory summaries): the pre-issue-18 full prompt, the append-only log prompt "
                        "uncached and with the incremental KV cache; LMCommandAgent.act per step and Begin per task "
                        "(13 providers / the eval's 3; uncached and with the descriptions cached) on the same model",
-        "model": {"name": model_name, "tiny_fallback": fallback, "dtype": str(model.dtype).removeprefix("torch.")},
+        "model": {"name": model_name, "tiny_fallback": fallback, "dtype": str(model.dtype).removeprefix("torch."),
+                  "layers": len(model.model.layers), "pruned_router_layers": keep},
         "timings": stats, "per_task": per_task, "overhead": overhead,
         "prompt_tokens_run_mean": dict(zip(("legacy", "full", "incremental"), np.mean(tokens, axis=0).tolist()))
         if tokens else None, "max_score_diff_incremental_vs_full": max_diff,
@@ -194,6 +214,11 @@ def bench_memagent_in(cfg=None, records=None, device: str = "cpu", n_steps: int 
                    None, "the same with the pre-issue-18 In prompt and an uncached Begin (before)"),
             figure("routing_overhead_3", "s", router_s("eval", "incremental"), per_task["agent_s"], "value/baseline",
                    None, "router s per task (Begin over voyager/expel/awm + In) / agent s per task"),
+            figure("routing_overhead_13_pruned", "s", router_s("all", "pruned"), per_task["agent_s"], "value/baseline",
+                   ("<=", OVERHEAD_TARGET), f"the same as routing_overhead_13 with a router of the first {keep} layers "
+                   "(keep_layers; the agent keeps all)"),
+            figure("in_step_p50_pruned_vs_full_depth", "s", p50["in_pruned"], p50["in_incremental"], "baseline/value",
+                   None, f"median incremental In decision: {keep}-layer router vs the full-depth one (speedup)"),
         ]})
 
 

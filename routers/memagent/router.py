@@ -413,5 +413,8 @@ def default_model_card(router: MemAgentRouter, metrics: dict | None = None, trai
         details=[f"- weights: {'LoRA adapter over ' + str(base) if adapter else 'merged full model'}, "
                  f"{str(router.model.dtype).removeprefix('torch.')}",
                  f"- thresholds: in {cfg.in_threshold}, end {cfg.end_threshold}; input budget {cfg.max_input_tokens} tokens",
-                 f"- provider pool at training: {', '.join(cfg.provider_names) or '(not recorded)'}"],
+                 f"- provider pool at training: {', '.join(cfg.provider_names) or '(not recorded)'}",
+                 f"- decoder layers: {router.model.config.num_hidden_layers}"
+                 + (f" (the first {training['layers_kept']} of the base's, pruned)" if (training or {}).get("layers_kept")
+                    else "")],
         extra_tags=("memagent", "memory-router"))
