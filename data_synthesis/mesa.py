@@ -66,6 +66,8 @@ class MesaSweepConfig:
     reader_max_evidence_tokens: int = field(default=1536, metadata={"help": "evidence cut for the reader's input"})
     reader_max_new_tokens: int = 24
     reader_batch_size: int = 8
+    reader_dtype: str = field(default="float32", metadata={
+        "help": "reader weights: float32, bfloat16, float16 or auto (bfloat16 where the CPU has it: 2-3x faster)"})
     summary_compare_episodes: int = field(default=0, metadata={
         "help": "build quality of the llm summary vs the extractive one on this many episodes (needs builder_model)"})
     summary_compare_segments: int = field(default=4, metadata={"help": "segments per compared episode"})
@@ -90,6 +92,8 @@ class MesaSweepConfig:
             raise ValueError(f"max_reader_questions must be >= 0, got {self.max_reader_questions}")
         if self.episodes is not None and not self.episodes:
             raise ValueError("episodes is an empty list: name episodes or leave it unset for all")
+        if self.reader_dtype not in ("float32", "bfloat16", "float16", "auto"):
+            raise ValueError(f"reader_dtype must be float32, bfloat16, float16 or auto, got {self.reader_dtype!r}")
 
     @property
     def reader_on(self) -> bool:
@@ -191,7 +195,8 @@ class MesaSweep:
             from routers.backends import make_backend
 
             reader_backend = make_backend(cfg.reader, batch_size=cfg.reader_batch_size,
-                                          max_input_tokens=cfg.reader_max_evidence_tokens + 512)
+                                          max_input_tokens=cfg.reader_max_evidence_tokens + 512,
+                                          **({} if cfg.reader.startswith("openai:") else {"dtype": cfg.reader_dtype}))
         self.reader_backend = reader_backend
 
     def run(self, episodes: list[Episode]) -> dict:
@@ -248,6 +253,8 @@ def main(argv=None) -> dict:
     with OutputLock(cfg.output_dir):
         episodes = load_episodes(cfg)
         fp = {k: v for k, v in asdict(cfg).items() if k not in NOT_FINGERPRINTED}
+        if fp["reader_dtype"] == "float32":  # added later: at its default, sweeps started before it resume
+            del fp["reader_dtype"]
         prepare_output(cfg.output_dir, fp, cfg.resume, resumable=[SWEEP_FILE, "reader_cache.jsonl"],
                        derived=[REPORT_FILE, "structures"], what="MESA sweep")
         save_resolved_config(cfg.output_dir, cfg)

@@ -181,3 +181,18 @@ def test_validator_errors_name_file_and_line(tmp_path):
     path.write_text(lines[0] + "\n" + lines[0] + "\n")
     with pytest.raises(RecordError, match=r":2: duplicate id"):
         read_sweep(path)
+
+
+def test_reader_dtype_reaches_the_backend_and_is_checked(tmp_path, monkeypatch):
+    import data_synthesis.mesa as mesa
+    from routers import backends
+
+    seen = {}
+    monkeypatch.setattr(backends, "make_backend", lambda spec, **kw: seen.update(spec=spec, **kw) or CountingBackend())
+    cfg = MesaSweepConfig(output_dir=str(tmp_path), corpus="textworld", reader="smollm2", reader_dtype="auto",
+                          encoder="hashing", token_counter="whitespace", progress=False)
+    mesa.MesaSweep(cfg, library=MemoryLibrary(default_structures(encoder=HashingEncoder())),
+                   count=TokenCounter("whitespace"))
+    assert seen["spec"] == "smollm2" and seen["dtype"] == "auto"
+    with pytest.raises(ValueError, match="reader_dtype must be float32, bfloat16, float16 or auto, got 'int8'"):
+        MesaSweepConfig(output_dir=str(tmp_path), reader_dtype="int8")
