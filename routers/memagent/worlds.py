@@ -56,7 +56,7 @@ UNSEEN_SEED_OFFSET = 100_000
 DIRECTIONS = {"north": (0, 1), "south": (0, -1), "east": (1, 0), "west": (-1, 0)}
 OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east"}
 TARGET, CUPBOARD = "table", "cupboard"
-from routers.memagent.worlds_vocab import (ADJECTIVES, CATEGORY_SIZE, CONTAINERS, FIRST_CATEGORIES,  # noqa: F401
+from routers.memagent.worlds_vocab import (ADJECTIVES, CATEGORY_GROUPS, CATEGORY_SIZE, CONTAINERS,  # noqa: F401
                                            HUBS, NOUNS, OBJECT_CATEGORIES, ROOMS, SPARE_NOUNS, SUPPORTERS,
                                            WORLD_NAMES)
 
@@ -234,12 +234,13 @@ def _grow_map(rng: random.Random, names: list[str], hub: str) -> tuple[dict, lis
 def object_nouns(cfg: WorldConfig, index: int) -> tuple[list[list[str]], list[str]]:
     """Under ``unique_objects``: the object nouns of each site of the suite's world ``index`` (site ``k`` is the
     suite's site ``n = n_sites * index + k``: among the first nine kinds, category ``n mod 9``, its ``n div 9``-th
-    slice of ``site_objects`` nouns; sites beyond what those hold take the added kinds the same way; no two
+    slice of ``site_objects`` nouns; sites beyond what those hold take the next group of kinds
+    (``CATEGORY_GROUPS``) the same way; no two
     sites share a noun) and the distractor nouns (``NOUNS`` no site of this world uses)."""
-    cats = list(OBJECT_CATEGORIES.values())
-    per, extra = CATEGORY_SIZE // cfg.site_objects, len(cats) - FIRST_CATEGORIES
-    slots = [(n % FIRST_CATEGORIES, n // FIRST_CATEGORIES) for n in range(FIRST_CATEGORIES * per)]
-    slots += [(FIRST_CATEGORIES + m % extra, m // extra) for m in range(extra * per)]  # then the added kinds
+    cats, per = list(OBJECT_CATEGORIES.values()), CATEGORY_SIZE // cfg.site_objects
+    slots, bounds = [], (0, *CATEGORY_GROUPS)
+    for lo, hi in zip(bounds, bounds[1:]):  # group by group, round-robin over the kinds of a group
+        slots += [(lo + m % (hi - lo), m // (hi - lo)) for m in range((hi - lo) * per)]
     out = []
     for k in range(cfg.n_sites):
         cat, part = slots[cfg.n_sites * index + k]
