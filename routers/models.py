@@ -243,12 +243,9 @@ def keep_decoder_layers(model, n: int) -> int:
     ``save_pretrained`` writes a model every transformers loader reads as an ordinary ``n``-layer model."""
     import torch
 
-    inner = getattr(model, "model", None) or getattr(model, "transformer", None)
-    if inner is not None and not isinstance(getattr(inner, "layers", None), torch.nn.ModuleList):
-        inner = getattr(inner, "model", inner)  # a wrapper around the decoder (e.g. a VLM's language model)
-    layers = getattr(inner, "layers", None)
+    layers = getattr(getattr(model, "model", None), "layers", None)
     if not isinstance(layers, torch.nn.ModuleList):
-        layers = getattr(inner, "h", None)
+        layers = getattr(getattr(model, "transformer", None), "h", None)
     if not isinstance(layers, torch.nn.ModuleList):
         raise ValueError(f"keep_layers: {type(model).__name__} has no decoder layer list (model.layers or "
                          "transformer.h) to prune")
