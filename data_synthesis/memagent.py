@@ -75,6 +75,9 @@ class ForcedExplorationConfig(RolloutConfig):
     # combinations
     include_no_memory: bool = True
     in_policies: list[str] = field(default_factory=lambda: list(IN_POLICIES))
+    heldout_in_policies: list[str] | None = field(default=None, metadata={
+        "help": "In policies played on held-out tasks (null = in_policies). Held-out rollouts only score the "
+                "baselines (eval reads baseline_in_policy) and each names its policy, so this may change on a resume"})
     num_workers: int = field(default=1, metadata={"help": "processes running one task's combinations"})
     # memory
     store_trajectories: str = field(default="representative", metadata={
@@ -83,6 +86,8 @@ class ForcedExplorationConfig(RolloutConfig):
     judge: str | None = field(default="HuggingFaceTB/SmolLM2-135M-Instruct",
                               metadata={"help": "judge LLM backend (openai:MODEL@URL for a real judge); none = outcome only"})
     judge_batch_size: int = 8
+    judge_dtype: str = field(default="float32", metadata={
+        "help": "local judge: float32 | bfloat16 | auto (bfloat16 where supported: a 0.5B judge ~2x faster on CPU)"})
     judge_constrained: bool = field(default=True, metadata={
         "help": "force the 'Label: 0-5' reply format (local: restricted arg-max; HTTP: JSON-schema response_format) "
                 "so every judgment parses; false = free generation + parsing"})
@@ -105,6 +110,12 @@ class ForcedExplorationConfig(RolloutConfig):
         bad = [p for p in self.in_policies if p not in IN_POLICIES]
         if bad or not self.in_policies:
             raise ValueError(f"in_policies must be a non-empty subset of {IN_POLICIES}, got {self.in_policies}")
+        if self.judge_dtype not in ("float32", "bfloat16", "float16", "auto"):
+            raise ValueError(f"judge_dtype must be float32, bfloat16, float16 or auto, got {self.judge_dtype!r}")
+        bad = [p for p in self.heldout_in_policies or () if p not in IN_POLICIES]
+        if bad or self.heldout_in_policies == []:
+            raise ValueError(f"heldout_in_policies must be null or a non-empty subset of {IN_POLICIES}, "
+                             f"got {self.heldout_in_policies}")
         bad = [s for s in self.splits if s not in ("train", "heldout")]
         if bad:
             raise ValueError(f"unknown split(s) {bad}; expected train / heldout")
@@ -130,9 +141,12 @@ def combos(provider_names: Sequence[str], include_no_memory: bool, in_policies: 
 
 
 def task_combos(task: Task, cfg: "ForcedExplorationConfig", provider_names: Sequence[str]) -> list[tuple]:
-    """A task's combinations: every one, or for a demonstration (played by the expert) one, no memory."""
-    return [(None, "never")] if is_demonstration(task) else combos(provider_names, cfg.include_no_memory,
-                                                                    cfg.in_policies)
+    """A task's combinations: every one, or for a demonstration (played by the expert) one, no memory. A
+    held-out task plays ``heldout_in_policies`` when set."""
+    if is_demonstration(task):
+        return [(None, "never")]
+    policies = cfg.heldout_in_policies if task.split == "heldout" and cfg.heldout_in_policies else cfg.in_policies
+    return combos(provider_names, cfg.include_no_memory, policies)
 
 
 def frozen_providers(cfg: ForcedExplorationConfig, exploration_dir: str | os.PathLike) -> dict:

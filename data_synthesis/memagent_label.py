@@ -34,7 +34,7 @@ def label(cfg, providers: Mapping | None = None, judge=None, progress: bool = Tr
 
         providers = build_providers(list(cfg.providers) if cfg.providers is not None else list(PROVIDER_NAMES))
     if judge is None and cfg.judge and cfg.judge.lower() not in ("none", "null"):
-        kw = {} if cfg.judge.startswith("openai:") else {"batch_size": cfg.judge_batch_size}
+        kw = {} if cfg.judge.startswith("openai:") else {"batch_size": cfg.judge_batch_size, "dtype": cfg.judge_dtype}
         judge = make_backend(cfg.judge, **kw)
     rollouts = load_exploration(out / "train" / "exploration.jsonl")
     tasks = list(read_jsonl(out / "train" / "tasks.jsonl", required=TASK_FIELDS))

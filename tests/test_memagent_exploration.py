@@ -252,6 +252,22 @@ class Killed(BaseException):
     """Stands in for SIGKILL: not an Exception, so run_episode does not catch it."""
 
 
+def test_heldout_plays_its_own_in_policies_and_may_change_on_resume(tmp_path, games_dir):
+    explorer(tmp_path, games_dir, WalkthroughAgent(), splits=["train"]).explore()
+    explorer(tmp_path, games_dir, WalkthroughAgent(), splits=["train", "heldout"],
+             heldout_in_policies=["never"]).explore()  # same manifest: held-out records name their policy
+    train = records(tmp_path / "train" / "exploration.jsonl")
+    heldout = records(tmp_path / "heldout" / "exploration.jsonl")
+    assert sorted({(r["begin_provider"] or "", r["in_policy"]) for r in train}) == [
+        ("", "inject"), ("", "never"), ("alpha", "inject"), ("alpha", "never"), ("beta", "inject"), ("beta", "never")]
+    (task,) = suite(games_dir).tasks("heldout")
+    assert [r["id"] for r in heldout] == sorted(rollout_id(task.task_id, o, "never") for o in (None, "alpha", "beta"))
+    with pytest.raises(ValueError, match="heldout_in_policies"):
+        explorer(tmp_path, games_dir, WalkthroughAgent(), heldout_in_policies=["sometimes"])
+    with pytest.raises(ValueError, match="heldout_in_policies"):
+        explorer(tmp_path, games_dir, WalkthroughAgent(), heldout_in_policies=[])
+
+
 def test_resume_after_partial_run_same_records_no_duplicates(tmp_path, games_dir):
     full = tmp_path / "full"
     explorer(full, games_dir, RandomCommandAgent(1)).explore()
@@ -572,3 +588,21 @@ def test_constrained_judge_fills_forms_per_kind(tmp_path):
     # free mode is still used when asked for (this judge's generate raises -> counted, not cached)
     _, free = S.run_judge(reqs[:1], FormJudge(), tmp_path / "free.jsonl", progress=False, constrained=False)
     assert free["judge_errors"] == 1 and free["judged"] == 0
+
+
+def test_local_judge_is_built_in_judge_dtype(tmp_path, games_dir, monkeypatch):
+    import routers.backends
+
+    built = {}
+
+    def fake_backend(spec, **kw):
+        built.update(spec=spec, **kw)
+        return None  # outcome-only labels: nothing to load
+
+    monkeypatch.setattr(routers.backends, "make_backend", fake_backend)
+    ex = explorer(tmp_path, games_dir, WalkthroughAgent(), judge_dtype="bfloat16")
+    ex.explore()
+    label(replace(ex.cfg, judge="some/judge"), providers=ex.providers, progress=False)
+    assert built == {"spec": "some/judge", "batch_size": 8, "dtype": "bfloat16"}
+    with pytest.raises(ValueError, match="judge_dtype"):
+        explorer(tmp_path, games_dir, WalkthroughAgent(), judge_dtype="int8")
