@@ -62,6 +62,10 @@ class LeaveOutConfig:
     target_precision: float = field(default=0.9, metadata={"help": "stop-precision target of the calibration"})
     retrieval_hybrid: bool = field(default=True, metadata={
         "help": "retrieval: also score each encoder inside the hybrid prefix (BM25 + dense), as deployed"})
+    retrieval_dense_weights: list[float] = field(default_factory=list, metadata={
+        "help": "retrieval: choose the hybrid's dense weight for the router without C among these, by mean Recall@5 "
+                "on the other (training) corpora's held-out questions, and score C at it (hybrid_without_chosen); "
+                "C's own labels are never used. Empty: the evaluator's dense_weight only"})
     recalibration_labels: list[int] = field(default_factory=lambda: [20, 40], metadata={
         "help": "k: also recalibrate tau from k labelled samples of C (random draws), judged on the rest"})
     output_dir: str = "results/leave_out"
@@ -221,11 +225,38 @@ def score_sufficiency(cfg: LeaveOutConfig, held: Path, models: dict[str, str | N
     return out
 
 
-def score_retrieval(cfg: LeaveOutConfig, corpus: str, held: Path, models: dict[str, str | None], root: Path) -> dict:
+def _episodes_of(held: Path, corpus: str) -> list[str]:
+    return sorted({r["episode_id"] for r in read_jsonl(held) if r.get("source", corpus) == corpus})
+
+
+def choose_dense_weight(cfg: LeaveOutConfig, others: dict[str, Path], router: str, root: Path) -> dict:
+    """The hybrid dense weight for ``router`` (trained without C) with the best mean Recall@5 over the other
+    corpora's held-out questions (ties: the smaller weight), and every weight's per-corpus Recall@5."""
+    eval_main, paths = _evaluator("retrieval"), _by_name(cfg.corpus_paths, "--corpus_paths")
+    grid = [float(w) for w in cfg.retrieval_dense_weights]
+    per: dict[str, dict[str, float]] = {}
+    for other, held in sorted(others.items()):
+        argv = ([cfg.eval_recipe] if cfg.eval_recipe else []) + [
+            "--corpus", other, "--eval_episodes", *_episodes_of(held, other), "--trained_encoder", router,
+            "--systems", "hybrid_trained", "--dense_weight_sweep", *map(str, grid),
+            "--output_dir", str(root / "dense_weight" / other)]
+        if other in paths:
+            argv += ["--corpus_path", paths[other]]
+        sweep = eval_main(argv + shlex.split(cfg.eval_args))["systems"]["hybrid_trained"]["by_dense_weight"]
+        per[other] = {str(w): sweep[str(w)]["recall@5"] for w in grid}
+    mean = {str(w): sum(per[o][str(w)] for o in per) / len(per) for w in grid}
+    best = max(grid, key=lambda w: (mean[str(w)], -w))
+    return {"dense_weight": best, "chosen_on": sorted(per), "mean_recall@5": mean, "recall@5": per}
+
+
+def score_retrieval(cfg: LeaveOutConfig, corpus: str, held: Path, models: dict[str, str | None], root: Path,
+                    others: dict[str, Path] | None = None) -> dict:
     """{system: {recall@5, mrr@10, n}}: BM25, the base encoder, the router without C (and in-corpus), each also
-    as the hybrid prefix a deployment uses (BM25 + dense: ``hybrid_base``, ``hybrid_without``, ...)."""
+    as the hybrid prefix a deployment uses (BM25 + dense: ``hybrid_base``, ``hybrid_without``, ...); with
+    ``retrieval_dense_weights`` and ``others`` (the training corpora's held-out files) also ``hybrid_without_chosen``:
+    the router without C in the hybrid at the weight chosen on the training corpora."""
     eval_main = _evaluator("retrieval")
-    episodes = sorted({r["episode_id"] for r in read_jsonl(held) if r.get("source", corpus) == corpus})
+    episodes = _episodes_of(held, corpus)
     paths = _by_name(cfg.corpus_paths, "--corpus_paths")
     out = {}
     for name in ("without", "in_corpus"):
@@ -243,6 +274,17 @@ def score_retrieval(cfg: LeaveOutConfig, corpus: str, held: Path, models: dict[s
         for system, m in result["systems"].items():
             key = {"trained": name, "hybrid_trained": f"hybrid_{name}"}.get(system, system)
             out[key] = {"recall@5": m.get("recall@5"), "mrr@10": m.get("mrr@10"), "n": m.get("n_queries")}
+    if cfg.retrieval_dense_weights and others and models.get("without"):
+        chosen = choose_dense_weight(cfg, others, str(models["without"]), root)
+        argv = ([cfg.eval_recipe] if cfg.eval_recipe else []) + [
+            "--corpus", corpus, "--eval_episodes", *episodes, "--trained_encoder", str(models["without"]),
+            "--systems", "hybrid_trained", "--dense_weight", str(chosen["dense_weight"]),
+            "--output_dir", str(root / "without_chosen_weight")]
+        if corpus in paths:
+            argv += ["--corpus_path", paths[corpus]]
+        m = eval_main(argv + shlex.split(cfg.eval_args))["systems"]["hybrid_trained"]
+        out["hybrid_without_chosen"] = {"recall@5": m.get("recall@5"), "mrr@10": m.get("mrr@10"),
+                                        "n": m.get("n_queries"), "choice": chosen}
     return out
 
 
@@ -289,7 +331,8 @@ def run(kind: str, cfg: LeaveOutConfig, trainer: Callable | None = None) -> dict
                 kind, cfg, root / "train_without.jsonl", root, trainer)
             models = {"base": base, "without": str(router), "in_corpus": in_corpus.get(corpus) or in_corpus.get("*")}
             score = score_sufficiency(cfg, held, models, root) if kind == "sufficiency" else \
-                score_retrieval(cfg, corpus, held, models, root)
+                score_retrieval(cfg, corpus, held, models, root,
+                                {o: _held_out(sources[o], o) for o in sources if o != corpus})
             rows[corpus] = {**score, "held_out": str(held), "train_without": {"file": str(root / "train_without.jsonl"),
                             "samples": info.get("samples")}, "models": models}
             if kind == "sufficiency" and cfg.calibration_travel:
@@ -297,6 +340,10 @@ def run(kind: str, cfg: LeaveOutConfig, trainer: Callable | None = None) -> dict
         table = format_table(kind, rows)
         if kind == "sufficiency":
             table += "\nAUROC of the positives against each kind of negative:\n\n" + format_by_negative(rows)
+        chosen = {c: r["hybrid_without_chosen"]["choice"] for c, r in rows.items() if "hybrid_without_chosen" in r}
+        if chosen:
+            table += "\nhybrid_without_chosen: dense weight chosen on the training corpora (mean Recall@5 there): " + \
+                "; ".join(f"{c}: {ch['dense_weight']:g} on {', '.join(ch['chosen_on'])}" for c, ch in chosen.items()) + "\n"
         if kind == "sufficiency" and cfg.calibration_travel:
             table += (f"\nCalibration travel (target stop-precision {cfg.target_precision}):\n\n"
                       + format_calibration(rows))

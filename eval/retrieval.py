@@ -46,7 +46,7 @@ from routers.io import OutputLock, atomic_write_json, atomic_write_text
 from eval.score_cache import ResultCache, content_hash, model_identity, ranking_field
 from routers.base import git_revision, library_versions
 from routers.memory.index import VectorIndex
-from routers.memory.retrieval import HybridRetriever
+from routers.memory.retrieval import HybridRetriever, mix_scores
 from routers.memory.schema import LoadStats
 from routers.models import DEFAULT_ENCODER, load_encoder, resolve_encoder
 from routers.config import ConfigError, make_arg_parser, parse_config, save_resolved_config
@@ -72,6 +72,9 @@ class RetrievalEvalConfig:
     ks: list[int] = field(default_factory=lambda: [1, 5, 10], metadata={
         "help": f"Recall@k cutoffs, each in 1..{CUTOFF} (rankings keep the top {CUTOFF})."})
     dense_weight: float = field(default=0.5, metadata={"help": "Dense share in the hybrid prefix, in [0, 1]."})
+    dense_weight_sweep: list[float] = field(default_factory=list, metadata={
+        "help": "Hybrid systems: also report Recall/MRR at each of these dense weights (one BM25 + dense pass, mixed "
+                "per weight; their rankings are recomputed, not read from the cache)."})
     max_queries: int | None = field(default=None, metadata={"help": "Evaluate only the first N questions (N >= 1)."})
     batch_size: int = 64
     output_dir: str = "results/retriever_eval"
@@ -88,6 +91,8 @@ class RetrievalEvalConfig:
             raise ValueError(f"ks must be cutoffs in 1..{CUTOFF} (rankings keep the top {CUTOFF}), got {self.ks}")
         if not 0.0 <= self.dense_weight <= 1.0:
             raise ValueError(f"dense_weight must lie in [0, 1], got {self.dense_weight}")
+        if any(not 0.0 <= w <= 1.0 for w in self.dense_weight_sweep):
+            raise ValueError(f"dense_weight_sweep values must lie in [0, 1], got {self.dense_weight_sweep}")
         if self.max_queries is not None and self.max_queries < 1:
             raise ValueError(f"max_queries must be >= 1 (got {self.max_queries}); omit it to evaluate every question")
         if self.batch_size < 1:
@@ -182,6 +187,8 @@ def evaluate_systems(cfg: RetrievalEvalConfig, episodes, encoders: Mapping[str, 
         rankings, relevants, cats = [], [], []
         retriever = HybridRetriever(encoder=encoder, dense_weight=0.0 if kind == "bm25" else cfg.dense_weight,
                                     batch_size=cfg.batch_size) if kind != "dense" else None
+        sweep = list(cfg.dense_weight_sweep) if kind == "hybrid" else []
+        swept: dict[float, list] = {w: [] for w in sweep}
         by_ep: dict[str, list] = defaultdict(list)
         for ep, qa in pairs:
             by_ep[ep.episode_id].append((ep, qa))
@@ -195,7 +202,7 @@ def evaluate_systems(cfg: RetrievalEvalConfig, episodes, encoders: Mapping[str, 
             if cache is not None and system_key:
                 ep_hash = content_hash(ids, [s.render() for s in ep.steps])
                 keys = [cache.key(system_key, qa.qa_id, qa.question, ep_hash) for _, qa in group]
-            hit = keys is not None and all(k in cache for k in keys)
+            hit = keys is not None and not sweep and all(k in cache for k in keys)
             if hit:
                 ranked_all = [list(cache.get(k)["top10"]) for k in keys]
             elif kind == "dense":
@@ -208,8 +215,11 @@ def evaluate_systems(cfg: RetrievalEvalConfig, episodes, encoders: Mapping[str, 
                 ranked_all = [list(map(str, r)) for r in top_ids]
             else:
                 q = retriever.encode_queries(questions) if kind == "hybrid" else [None] * len(questions)
-                ranked_all = [rank_by_scores(retriever.scores(question, ep, query_embedding=qe)[0], ids)
-                              for question, qe in zip(questions, q)]
+                scored = [retriever.scores(question, ep, query_embedding=qe) for question, qe in zip(questions, q)]
+                ranked_all = [rank_by_scores(mixed, ids) for mixed, _, _ in scored]
+                for w in sweep:
+                    swept[w] += [(rank_by_scores(mix_scores(lex, dense, w), ids), set(qa.evidence))
+                                 for (_, lex, dense), (_, qa) in zip(scored, group)]
             if keys is not None and not hit:  # one record per question, as soon as its episode is ranked
                 for key, (_, qa), ranked in zip(keys, group, ranked_all):
                     cache.put({"key": key, "system": system, "qa_id": qa.qa_id, "top10": ranked})
@@ -228,6 +238,10 @@ def evaluate_systems(cfg: RetrievalEvalConfig, episodes, encoders: Mapping[str, 
         res["encoder"] = {"base": cfg.base_encoder, "trained": cfg.trained_encoder}.get(enc_name)
         if kind == "hybrid":
             res["dense_weight"] = cfg.dense_weight
+        if sweep:
+            res["by_dense_weight"] = {str(w): {m: v for m, v in ir_metrics([r for r, _ in swept[w]],
+                                                                           [e for _, e in swept[w]], cfg.ks).items()
+                                               if m in ("recall@5", "mrr@10")} for w in sweep}
         results[system] = res
         log.info("%s: %s", system, ", ".join(f"{k} {v:.3f}" for k, v in res.items()
                                               if k.startswith(("recall@", "mrr", "ndcg")) and isinstance(v, float)))

@@ -118,3 +118,25 @@ def test_eval_job_bad_options(tmp_path):
     with pytest.raises(FileNotFoundError, match="trained_encoder"):
         run(RetrievalEvalConfig(systems=["trained"], trained_encoder=str(tmp_path / "missing"),
                                 output_dir=str(tmp_path / "o")))
+
+
+def test_dense_weight_sweep_matches_separate_runs_at_each_weight(tmp_path):
+    """One pass, mixed per weight, gives exactly what a run at that dense_weight gives (0 = BM25, 1 = dense)."""
+    path = hotpot_file(tmp_path)
+
+    def metrics(**kw):
+        cfg = RetrievalEvalConfig(corpus="hotpotqa", corpus_path=str(path), eval_episodes=None, trained_encoder="unused",
+                                  systems=["bm25", "trained", "hybrid_trained"], output_dir=str(tmp_path / str(kw)),
+                                  resume=False, **kw)
+        return run(cfg, encoders={"trained": BagOfLetters(shift=1)})["systems"]
+
+    swept = metrics(dense_weight_sweep=[0.0, 0.3, 1.0])
+    by_w = swept["hybrid_trained"]["by_dense_weight"]
+    assert list(by_w) == ["0.0", "0.3", "1.0"]
+    for w in ("0.0", "0.3", "1.0"):
+        alone = metrics(dense_weight=float(w))["hybrid_trained"]
+        assert by_w[w] == {"recall@5": alone["recall@5"], "mrr@10": alone["mrr@10"]}
+    assert by_w["0.0"]["mrr@10"] == swept["bm25"]["mrr@10"]
+    assert by_w["1.0"]["mrr@10"] == swept["trained"]["mrr@10"]
+    with pytest.raises(ValueError, match="dense_weight_sweep"):
+        RetrievalEvalConfig(dense_weight_sweep=[1.5])

@@ -84,3 +84,33 @@ def test_retrieval_scores_name_each_system_and_its_hybrid(tmp_path, monkeypatch)
     calls.clear()
     lo.score_retrieval(cfg, "locomo", held, models, tmp_path / "o2")
     assert calls == [["bm25", "base", "trained"], ["trained"]]
+
+
+def test_dense_weight_is_chosen_on_the_training_corpora_never_on_c(tmp_path, monkeypatch):
+    """With retrieval_dense_weights the router without C is swept on every other corpus's held-out questions; the
+    weight with the best mean Recall@5 there (ties: the smaller) scores C, and C is never swept."""
+    import eval.leave_out as lo
+
+    held = _write(tmp_path / "eval.jsonl", _records("eval"))
+    table = {"hotpotqa": {"0.2": 0.5, "0.5": 0.7, "0.8": 0.6}, "taubench": {"0.2": 0.9, "0.5": 0.7, "0.8": 0.6}}
+    calls = []
+
+    def fake_eval(argv):
+        corpus, systems = argv[argv.index("--corpus") + 1], argv[argv.index("--systems") + 1]
+        calls.append((corpus, "--dense_weight_sweep" in argv, argv[argv.index("--dense_weight") + 1]
+                      if "--dense_weight" in argv else None))
+        if "--dense_weight_sweep" in argv:
+            assert corpus != "locomo"
+            return {"systems": {"hybrid_trained": {"by_dense_weight": {w: {"recall@5": r} for w, r in table[corpus].items()}}}}
+        return {"systems": {s: {"recall@5": 0.25, "mrr@10": 0.0, "n_queries": 3} for s in argv[argv.index("--systems") + 1:
+                                                                                     argv.index("--output_dir")]}}
+
+    monkeypatch.setattr(lo, "_evaluator", lambda kind: fake_eval)
+    cfg = LeaveOutConfig(leave_out=["locomo"], corpus_files=[], retrieval_dense_weights=[0.2, 0.5, 0.8])
+    out = lo.score_retrieval(cfg, "locomo", held, {"base": "B", "without": "W", "in_corpus": None}, tmp_path / "o",
+                             others={"hotpotqa": held, "taubench": held})
+    choice = out["hybrid_without_chosen"]["choice"]
+    assert choice["dense_weight"] == 0.2  # mean 0.7 ties 0.5's 0.7: the smaller weight
+    assert choice["chosen_on"] == ["hotpotqa", "taubench"] and choice["mean_recall@5"]["0.8"] == 0.6
+    assert calls[-1] == ("locomo", False, "0.2") and out["hybrid_without_chosen"]["recall@5"] == 0.25
+    assert sum(1 for c in calls if c[1]) == 2

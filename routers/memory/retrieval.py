@@ -40,6 +40,11 @@ def _minmax(x: np.ndarray) -> np.ndarray:
     return np.zeros_like(x) if hi - lo < 1e-12 else (x - lo) / (hi - lo)
 
 
+def mix_scores(lex: np.ndarray, dense: np.ndarray, dense_weight: float) -> np.ndarray:
+    """The hybrid score: min-max normalised BM25 and dense scores, ``dense_weight`` of the dense one."""
+    return (1 - dense_weight) * _minmax(lex) + dense_weight * _minmax(dense)
+
+
 class HybridRetriever:
     """BM25 (rank_bm25) + dense (sentence-transformers) retrieval over an episode's steps.
 
@@ -99,8 +104,7 @@ class HybridRetriever:
         if emb is not None:
             q = query_embedding if query_embedding is not None else self.encode_queries([query])[0]
             dense = emb @ q
-        mixed = (1 - self.dense_weight) * _minmax(lex) + self.dense_weight * _minmax(dense)
-        return mixed, lex, dense
+        return mix_scores(lex, dense, self.dense_weight), lex, dense
 
     def retrieve(self, query: str, episode: Episode, k: int = 10) -> list[Hit]:
         """Top-k steps by hybrid score (ties broken by temporal order)."""
