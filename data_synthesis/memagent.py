@@ -94,6 +94,9 @@ class ForcedExplorationConfig(RolloutConfig):
     judge_steps_per_rollout: int = 2
     begin_outcome_weight: float = 0.5
     begin_min_reward: float = 0.5
+    begin_step_tolerance: float = field(default=0.0, metadata={
+        "help": "Begin labels: options within this many steps of the fewest (at the best reward) tie, and the one "
+                "injecting fewer memory tokens wins (no memory first)"})
     in_outcome_weight: float = 0.0
     in_min_reward: float = 0.5
     end_min_reuse: float = 0.5
@@ -125,7 +128,7 @@ class ForcedExplorationConfig(RolloutConfig):
             if split in self.splits and getattr(self, n) < 1:
                 raise ValueError(f"{n} must be >= 1 when splits includes {split!r}, got {getattr(self, n)}")
         super().__post_init__()  # environment, agent and provider options
-        check_non_negative(self, "judge_steps_per_rollout", "end_min_retrievals")
+        check_non_negative(self, "judge_steps_per_rollout", "end_min_retrievals", "begin_step_tolerance")
         check_positive(self, "num_workers", "judge_batch_size")
         check_unit_interval(self, "begin_outcome_weight", "begin_min_reward", "in_outcome_weight", "in_min_reward",
                             "end_min_reuse", "end_min_reward")

@@ -52,7 +52,7 @@ def label(cfg, providers: Mapping | None = None, judge=None, progress: bool = Tr
                                      progress=progress, constrained=cfg.judge_constrained)
     counts.update(jcounts)
     begin = S.begin_labels(agent_tasks, agent_rollouts, providers, judgments, cfg.begin_outcome_weight,
-                           cfg.begin_min_reward, counts)
+                           cfg.begin_min_reward, counts, cfg.begin_step_tolerance)
     inn = S.in_labels(agent_rollouts, judgments, cfg.judge_steps_per_rollout, cfg.in_outcome_weight, cfg.in_min_reward,
                       counts)
     end = S.end_labels(stores, rollouts, providers, [t["task_id"] for t in tasks], cfg.end_min_reuse,

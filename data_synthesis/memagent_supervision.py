@@ -5,9 +5,8 @@ Three signals, one per decision phase, then reward filtering into TRL prompt-com
 * **Begin**: task correctness per Begin option (success rate over the In policies, errored rollouts left
   out) plus LLM-judge attribution of the injected memory: ``utilization`` 0.6, ``relevance`` 0.4 (Table 8).
   ``reward = w * outcome + (1 - w) * judge`` for a provider (``w = begin_outcome_weight``); ``None`` (no
-  memory) has nothing to attribute, so its reward is its outcome. Per task the best *solving* option
-  (reward, then fewer steps, fewer injected tokens, pool order with None first) becomes the label when
-  its reward reaches ``begin_min_reward``.
+  memory) has nothing to attribute, so its reward is its outcome. Per task the best *solving* option (reward, then
+  fewer steps up to ``begin_step_tolerance``, fewer injected tokens, None first) is the label if >= ``begin_min_reward``.
 * **In**: the judge scores Query steps (rollouts with In policy ``inject``): ``helpfulness`` 0.4,
   ``progress`` 0.4, ``noise`` 0.2 inverted; and NoOp steps (``never``): ``appropriateness`` 0.5,
   ``missed_opportunity`` 0.5 inverted (Table 8 lists appropriateness 0.5; DESIGN §6 names missed
@@ -300,8 +299,9 @@ def group_by_task(rollouts: Iterable[dict]) -> dict[str, list[dict]]:
 
 def begin_labels(tasks: Sequence[dict], rollouts: Sequence[dict], providers: Mapping[str, Any],
                  judgments: Mapping[str, dict], outcome_weight: float = 0.5, min_reward: float = 0.5,
-                 counts: Counter | None = None) -> list[dict]:
-    """One Begin record per task whose best solving option reaches ``min_reward``."""
+                 counts: Counter | None = None, step_tolerance: float = 0.0) -> list[dict]:
+    """One Begin record per task (module docstring). ``step_tolerance``: when a dozen providers solve a task, a
+    one-step difference is noise that would scatter the labels over arbitrary providers."""
     counts = counts if counts is not None else Counter()
     by_task = group_by_task(rollouts)
     options: list[str | None] = [None, *providers]
@@ -329,8 +329,10 @@ def begin_labels(tasks: Sequence[dict], rollouts: Sequence[dict], providers: Map
         if not solving:
             counts["begin_unsolved_tasks"] += 1
             continue
-        best = max(solving)
-        reward, _, _, _, opt, outcome, j, source = best
+        top = max(s[0] for s in solving)
+        fewest = min(-s[1] for s in solving if s[0] == top)
+        near = [s for s in solving if s[0] == top and -s[1] <= fewest + step_tolerance]
+        reward, _, _, _, opt, outcome, j, source = max(near, key=lambda s: (s[2], s[3]))
         if reward < min_reward:
             counts["begin_below_min_reward"] += 1
             continue

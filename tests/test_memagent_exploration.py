@@ -497,6 +497,20 @@ def test_begin_labels_by_hand():
     assert S.begin_labels(tasks, rs, providers, judgments, 0.5, 0.9, c) == [] and c["begin_below_min_reward"] == 1
 
 
+def test_begin_step_tolerance_ties_near_step_counts_and_prefers_fewer_tokens():
+    providers = fake_providers()
+    rs = [_rollout("t1", None, "never", True, steps=5), _rollout("t1", "alpha", "never", True, steps=4, tokens=30),
+          _rollout("t1", "beta", "never", True, steps=4, tokens=10)]
+    tasks = [{"task_id": "t1", "goal": "goal of t1", "previews": [asdict(Preview("alpha", 0.3, "x", 1))]}]
+    # exact steps: alpha and beta tie at 4, beta injects fewer tokens
+    assert S.begin_labels(tasks, rs, providers, {}, 0.5, 0.5)[0]["decision"] == "beta"
+    # one step of tolerance: no memory (5 steps, no tokens) ties with them and wins
+    assert S.begin_labels(tasks, rs, providers, {}, 0.5, 0.5, step_tolerance=1)[0]["decision"] is None
+    # a failing option never enters the tie, however few its steps
+    rs[0] = _rollout("t1", None, "never", False, steps=2)
+    assert S.begin_labels(tasks, rs, providers, {}, 0.5, 0.5, step_tolerance=3)[0]["decision"] == "beta"
+
+
 def test_in_and_end_labels_by_hand():
     rs = [_rollout("t1", None, "inject", True, steps=5), _rollout("t1", None, "never", False, steps=5)]
     judgments = {"query|t1|none|inject|1": {"score": 0.9}, "query|t1|none|inject|4": {"score": 0.2},
