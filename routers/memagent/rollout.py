@@ -5,9 +5,8 @@
   directory's config).
 * the builders: :func:`build_env`, :func:`build_agent`, :func:`build_providers_from`, :func:`token_counter`,
   :func:`short_term_factory`, :func:`build_context`.
-* :func:`rollout`: one task played through ``run_episode``, with either a fixed Begin option and In policy
-  (exploration) or a router deciding Begin and every In step (evaluation; probe and router times measured),
-  and the injected-token fields both record kinds carry.
+* :func:`rollout`: one task played through ``run_episode``, with a fixed Begin option and In policy (exploration)
+  or a router deciding Begin and every In step (evaluation; router times measured), and the injected-token fields.
 * the exploration record: :func:`exploration_record`, :func:`validate_exploration`, ``EXPLORATION_FIELDS``
   (and ``OUTCOME_FIELDS``, the subset the evaluation's outcome tables need), and the process-pool worker.
 
@@ -434,14 +433,15 @@ def validate_exploration(rec: dict) -> None:
         raise ValueError(f"steps={rec['steps']} but the trajectory has {len(traj['steps'])} steps")
 
 
-# -- process-pool workers (forced exploration with num_workers > 1) -------------------------------------------
-_WORKER: dict = {}
+_WORKER: dict = {}  # process-pool workers (forced exploration with num_workers > 1)
 
 
 def init_worker(cfg: RolloutConfig) -> None:
-    """Pool initializer: this process's own environment, agent and short-term memory."""
+    """Pool initializer: this process's own environment, agent and short-term memory; it ends with its parent."""
     import torch
 
+    from routers.workers import exit_with_parent
+    exit_with_parent()
     torch.set_num_threads(max(1, cfg.torch_threads))
     _WORKER["ctx"] = build_context(cfg)
 

@@ -1,0 +1,83 @@
+"""Pool workers end with their parent (routers.workers.exit_with_parent)."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
+
+PARENT = textwrap.dedent("""
+    import sys, time
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    from routers.workers import exit_with_parent
+
+    def pid_then_sleep(path):
+        import os
+        open(path, "w").write(str(os.getpid()))
+        time.sleep(60)
+
+    if __name__ == "__main__":
+        init = exit_with_parent if sys.argv[2] == "watch" else None
+        pool = ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"), initializer=init,
+                                   initargs=(0.05,) if init else ())
+        pool.submit(pid_then_sleep, sys.argv[1])
+        time.sleep(60)
+""")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"  # a dead orphan nobody has reaped yet is a zombie
+
+
+def _orphan_after_parent_killed(tmp_path, mode: str) -> bool:
+    script, pid_file = tmp_path / "parent.py", tmp_path / "worker.pid"
+    script.write_text(PARENT)
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    parent = subprocess.Popen([sys.executable, str(script), str(pid_file), mode], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        worker = int(pid_file.read_text())
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 5
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return _alive(worker)
+    finally:
+        if pid_file.exists() and pid_file.read_text() and _alive(int(pid_file.read_text())):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        parent.kill()
+
+
+def test_a_worker_ends_when_its_parent_is_killed(tmp_path):
+    assert not _orphan_after_parent_killed(tmp_path, "watch")
+
+
+def test_without_the_watch_the_worker_outlives_its_parent(tmp_path):
+    # the failure the watch prevents: a plain spawned pool worker runs on as an orphan
+    assert _orphan_after_parent_killed(tmp_path, "plain")
+
+
+def test_the_exploration_pool_initializer_installs_the_watch(monkeypatch):
+    import routers.memagent.rollout as R
+    import routers.workers as W
+
+    calls = []
+    monkeypatch.setattr(W, "exit_with_parent", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(R, "build_context", lambda cfg: "ctx")
+    R.init_worker(R.RolloutConfig())
+    assert calls == [()] and R._WORKER["ctx"] == "ctx"
