@@ -79,5 +79,6 @@ def test_the_exploration_pool_initializer_installs_the_watch(monkeypatch):
     calls = []
     monkeypatch.setattr(W, "exit_with_parent", lambda *a, **k: calls.append(a))
     monkeypatch.setattr(R, "build_context", lambda cfg: "ctx")
+    monkeypatch.setattr(R, "_WORKER", {})  # the module's worker state stays as other tests left it
     R.init_worker(R.RolloutConfig())
     assert calls == [()] and R._WORKER["ctx"] == "ctx"
