@@ -228,11 +228,12 @@ def torch_dtype(name: str):
     return getattr(torch, name)
 
 
-def bf16_supported() -> bool:
-    """bf16 pays off here: a CUDA GPU with bf16, or a CPU with native bf16 (AVX512-BF16 / AMX)."""
+def bf16_supported(device: str | None = None) -> bool:
+    """bf16 pays off here: a CUDA GPU with bf16, or a CPU with native bf16 (AVX512-BF16 / AMX).
+    ``device="cpu"`` asks about the CPU even where a GPU exists (a ``use_cpu`` run)."""
     import torch
 
-    if torch.cuda.is_available():
+    if device != "cpu" and torch.cuda.is_available():
         return torch.cuda.is_bf16_supported()
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())

@@ -33,7 +33,7 @@ from routers.models import check_local_model_path
 from routers.validation import int_option, number_option, option_problems, raise_option_problems
 from train.dev_split import (add_early_stopping, best_model_info, dev_fingerprint, eval_option_checks,
                              has_dev_split, has_eval_strategy, resolve_report_to, split_by_episode)
-from train.distributed import check_start, run_fingerprint, training_argument_checks
+from train.distributed import check_start, resolve_auto_bf16, run_fingerprint, training_argument_checks
 
 log = get_logger(__name__)
 
@@ -75,6 +75,9 @@ class MemAgentSFTConfig(LoraArgs, RunArgs, DevSplitArgs, SFTConfig):
     save_total_limit: int | None = 2
     learning_rate: float = 2e-4
     per_device_train_batch_size: int = 4
+    bf16: bool | None = field(default=None, metadata={
+        "help": "bf16 autocast; None = auto: on where the GPU / CPU runs bf16 natively, else fp32 (TRL's default, "
+                "always on, emulates bf16 on other CPUs at a fraction of fp32 speed)"})
 
     def __post_init__(self):
         # Impossible values and conflicts fail at parse time, before any model or data is loaded.
@@ -98,6 +101,7 @@ class MemAgentSFTConfig(LoraArgs, RunArgs, DevSplitArgs, SFTConfig):
             int_option(self.max_length, "max_length", allow_none=True),
             *eval_option_checks(self),
         ]))
+        resolve_auto_bf16(self)
         super().__post_init__()
 
 
