@@ -45,6 +45,7 @@ class BenchConfig:
     max_length: int = field(default=768, metadata={
         "help": "Samples whose router prompt is longer (tokens) are skipped, as in training."})
     lambda_rep: float = field(default=0.1, metadata={"help": "Distillation weight in the distill modes."})
+    precision_seq_len: int = field(default=256, metadata={"help": "precision_step: tokens per sequence."})
     train_top_layers: int = field(default=24, metadata={"help": "frozen_prefix_step: trained top layers (K)."})
     lora_r: int = 16
     lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
@@ -81,6 +82,7 @@ BENCHMARKS: dict[str, str] = {
     "index_latency": "eval.bench.retrieval:bench_index_latency",
     "memagent_probe": "eval.bench.memagent:bench_memagent_probe",
     "memagent_in": "eval.bench.memagent_in:bench_memagent_in",   # In decision: incremental KV cache vs full prompt
+    "precision_step": "eval.bench.precision:bench_precision_step",  # bf16 autocast vs fp32 here: the auto pick
     "quality_targets": "eval.bench.targets:bench_quality_targets",
 }
 # Benchmarks that need the causal LM and its sufficiency samples (the others bring their own data).
