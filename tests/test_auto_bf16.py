@@ -59,3 +59,15 @@ def test_an_explicit_choice_is_kept(hardware):
     assert parse("--bf16", "false").bf16 is False
     assert parse("--bf16", "true", "--use_cpu", "true").bf16 is True
     assert hardware.asked == []  # an explicit value is never second-guessed
+
+
+def test_bf16_on_a_cpu_that_emulates_it_warns(hardware, memroute_log):
+    from train.distributed import warn_if_bf16_emulated
+
+    hardware(gpu=False, native=False)
+    cfg = parse("--bf16", "true", "--use_cpu", "true")
+    assert warn_if_bf16_emulated(cfg) is True
+    assert "bf16 autocast on this CPU is emulated" in memroute_log.text and "--bf16 false" in memroute_log.text
+    hardware(gpu=False, native=True)
+    assert warn_if_bf16_emulated(cfg) is False  # native bf16: nothing to say
+    assert warn_if_bf16_emulated(parse("--bf16", "false")) is False
