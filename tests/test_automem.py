@@ -45,23 +45,48 @@ def test_valid_accepts_and_rejects_per_constraints():
     assert Arch(("trajectory", "tip"), "json", "hybrid", "lightweight").key == "tip+trajectory|json|hybrid|lightweight"
 
 
+def _round_trip(arch, enc) -> None:
+    mem = MemorySystem(arch, encoder=enc)
+    assert isinstance(mem, MemoryProvider)
+    mem.store(_traj("scout the vault in room r3", "The display reads: vault r3 code is 4821.", action="look"))
+    mem.store(_traj("scout the vault in room r3", "The display reads: vault r3 code is 4821.", action="enter 4821"))
+    mem.store(_traj("unlock the strongbox in chamber r3", "Wrong code.", ok=False, action="enter 0000"))
+    got = mem.retrieve("scout the vault in room r3")
+    assert got.text and got.item_ids, arch
+    assert mem.last_trace["pool"] >= 1 and set(got.item_ids) <= set(mem.last_trace["retrieved"])
+    mem.retrieve("unlock the strongbox in room r3")       # the judge may drop units; retrieval still ranks
+    assert mem.last_trace["retrieved"] and len(mem.last_trace["retrieved"]) <= mem.k, arch
+    if "trajectory" in arch.encode:
+        assert "4821" in "\n".join(it.text for it in mem.items), arch
+
+
+def covering_archs() -> list:
+    """Every valid (store, retrieve, manage) triple and every valid encode set, each at least once."""
+    picked = {}
+    for a in feasible_space():
+        picked.setdefault(("srm", a.store, a.retrieve, a.manage), a)
+        picked.setdefault(("encode", a.encode), a)
+    return list(dict.fromkeys(picked.values()))
+
+
+def test_covering_valid_archs_round_trip_store_retrieve():
+    """The default run: a covering subset (~150 of the >1,000; the whole space is the slow test below)."""
+    enc = HashEncoder(32)
+    archs = covering_archs()
+    assert len({a.encode for a in archs}) == len({a.encode for a in feasible_space()})
+    assert len({(a.store, a.retrieve, a.manage) for a in archs}) == len(
+        {(a.store, a.retrieve, a.manage) for a in feasible_space()})
+    for arch in archs:
+        _round_trip(arch, enc)
+    with pytest.raises(ValueError, match="invalid architecture"):
+        MemorySystem(Arch(("tip",), "json", "graph", "lightweight"), encoder=enc)
+
+
+@pytest.mark.slow
 def test_every_valid_arch_round_trips_store_retrieve():
     enc = HashEncoder(32)
     for arch in feasible_space():
-        mem = MemorySystem(arch, encoder=enc)
-        assert isinstance(mem, MemoryProvider)
-        mem.store(_traj("scout the vault in room r3", "The display reads: vault r3 code is 4821.", action="look"))
-        mem.store(_traj("scout the vault in room r3", "The display reads: vault r3 code is 4821.", action="enter 4821"))
-        mem.store(_traj("unlock the strongbox in chamber r3", "Wrong code.", ok=False, action="enter 0000"))
-        got = mem.retrieve("scout the vault in room r3")
-        assert got.text and got.item_ids, arch
-        assert mem.last_trace["pool"] >= 1 and set(got.item_ids) <= set(mem.last_trace["retrieved"])
-        mem.retrieve("unlock the strongbox in room r3")       # the judge may drop units; retrieval still ranks
-        assert mem.last_trace["retrieved"] and len(mem.last_trace["retrieved"]) <= mem.k, arch
-        if "trajectory" in arch.encode:
-            assert "4821" in "\n".join(it.text for it in mem.items), arch
-    with pytest.raises(ValueError, match="invalid architecture"):
-        MemorySystem(Arch(("tip",), "json", "graph", "lightweight"), encoder=enc)
+        _round_trip(arch, enc)
 
 
 def test_stale_memory_managers_and_exported_config(tmp_path):

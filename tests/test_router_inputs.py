@@ -9,8 +9,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -328,25 +326,7 @@ def test_current_and_older_exports_still_load(exports, tmp_path, suff, retriever
     assert isinstance(load_router(exports["memagent"], device="cpu"), router_class("memagent"))
 
 
-# -- 3. load_router in a fresh process ------------------------------------------------------------------------------
-def test_load_router_in_a_fresh_process(exports):
-    code = ("import sys, json\n"
-            "from routers.base import load_router\n"
-            "assert not [m for m in sys.modules if m in ('routers.sufficiency', 'routers.retriever', 'routers.memagent.router')]\n"
-            "out = {}\n"
-            "for kind, path in json.loads(sys.argv[1]).items():\n"
-            "    r = load_router(path, device='cpu')\n"
-            "    out[kind] = [type(r).__name__, r.router_type]\n"
-            "print(json.dumps(out))\n")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", code, json.dumps({k: str(v) for k, v in exports.items()})],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {
-        "sufficiency": ["SufficiencyRouter", "sufficiency"], "retriever": ["RetrieverRouter", "retriever"],
-        "memagent": ["MemAgentRouter", "memagent"]}
-
-
+# -- 3. load_router: unknown or bad types (each type in a fresh process: tests/test_router_contract.py) ----------------
 def test_load_router_unknown_or_bad_type(tmp_path):
     d = tmp_path / "x"
     d.mkdir()
