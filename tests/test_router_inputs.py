@@ -21,7 +21,6 @@ from routers.validation import RouterInputError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-REPO = Path(__file__).resolve().parents[1]
 Q, C = "What is Melanie's hobby?", "[D2:1] Melanie: I love painting sunsets."
 
 
