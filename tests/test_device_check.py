@@ -17,6 +17,7 @@ def report(tmp_path_factory, smollm2_tokenizer, one_torch_thread):
     return device_check.main(["--output_dir", str(out), "--tokenizer", str(tok), "--steps", "3", "--bf16", "false"]), out
 
 
+@pytest.mark.slow  # ~17 s on a 2-core CPU: run `pytest -m slow tests/test_device_check.py` before a device session
 def test_every_router_trains_exports_and_reloads_exactly(report):
     rep, out = report
     assert rep["ok"], {k: v["problems"] for k, v in rep["routers"].items()}

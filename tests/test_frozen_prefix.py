@@ -162,6 +162,7 @@ def test_activation_checkpointing_gives_the_same_updates_on_cached_states(llama4
         assert_close_to_scale(weights["true"][n], w, rel=1e-5, msg=n)
 
 
+@pytest.mark.slow  # ~15 s: the benchmark script end to end (the training paths themselves are tested above)
 def test_training_paths_benchmark_writes_json_and_plot(llama4_dir, tmp_path):
     import json
 
