@@ -70,7 +70,7 @@ def covering_archs() -> list:
 
 
 def test_covering_valid_archs_round_trip_store_retrieve():
-    """The default run: a covering subset (~150 of the >1,000; the whole space is the slow test below)."""
+    """The default run: a covering subset (88 of the >1,000; the whole space is the slow test below)."""
     enc = HashEncoder(32)
     archs = covering_archs()
     assert len({a.encode for a in archs}) == len({a.encode for a in feasible_space()})

@@ -40,7 +40,8 @@ def bench_run(tiny_llama_dir, tmp_path_factory):
     argv = ["--model_name_or_path", tiny_llama_dir, "--n_samples", "2", "--train_steps", "1",
             "--generate_new_tokens", "4", "--batch_size", "2", "--warmup_steps", "0",
             "--data", str(tmp / "missing.jsonl"), "--output_dir", str(out), "--device", "cpu",
-            "--train_top_layers", "1", "--precision_seq_len", "8", "--index_steps", "300", "--memagent_memories", "30", "--memagent_encoder", "none",
+            "--train_top_layers", "1", "--precision_seq_len", "8", "--index_steps", "300", "--memagent_memories", "30",
+            "--memagent_encoder", "none",
             # no evaluation has run in this fresh directory: quality targets are reported as n/a
             *[arg for key in ("sufficiency", "retrieval", "progressive_locomo", "progressive_textworld", "memagent")
               for arg in (f"--{key}_metrics", str(tmp / f"{key}.json"))]]
@@ -108,7 +109,6 @@ def test_bench_details(bench_run):
     assert fig["step_time_distill_cached"]["value"] == modes["distill_cached"]["mean_s"]
     assert fig["step_time_distill_no_cache"]["value"] == modes["distill_no_cache"]["mean_s"]
 
-
     prec = json.loads((out / "precision_step.json").read_text())
     assert set(prec["modes"]) == {"fp32", "bf16_autocast"} and all(m["n"] == 1 for m in prec["modes"].values())
     assert prec["auto_pick"] == ("bf16_autocast" if prec["bf16_native"] else "fp32") and prec["seq_len"] == 8
@@ -116,6 +116,7 @@ def test_bench_details(bench_run):
     assert fig["step_time_bf16_autocast"]["baseline"] == prec["modes"]["fp32"]["mean_s"]
     assert fig["step_time_auto_pick"]["value"] == prec["modes"][prec["auto_pick"]]["mean_s"]
     assert fig["step_time_auto_pick"]["baseline"] == min(m["mean_s"] for m in prec["modes"].values())
+
 
     step = json.loads((out / "frozen_prefix_step.json").read_text())
     assert {m: v["lora_dropout"] for m, v in step["modes"].items()} == {"lora_dropout_0.05": 0.05, "lora_dropout_0": 0.0}

@@ -44,9 +44,9 @@ def _time_mode(cfg: BenchConfig, device: str, bf16: bool, ids: torch.Tensor) -> 
 
 
 def bench_precision_step(cfg: BenchConfig, records: list[dict], device: str) -> dict:
-    gen = torch.Generator().manual_seed(cfg.seed)
     from transformers import AutoConfig
 
+    gen = torch.Generator().manual_seed(cfg.seed)
     vocab = AutoConfig.from_pretrained(resolve_causal_lm(cfg.model_name_or_path)).vocab_size
     ids = torch.randint(0, vocab, (cfg.batch_size, cfg.precision_seq_len), generator=gen).to(device)
     modes = {name: _time_mode(cfg, device, name == "bf16_autocast", ids) for name in MODES}
