@@ -62,6 +62,9 @@ class LeaveOutConfig:
     target_precision: float = field(default=0.9, metadata={"help": "stop-precision target of the calibration"})
     retrieval_hybrid: bool = field(default=True, metadata={
         "help": "retrieval: also score each encoder inside the hybrid prefix (BM25 + dense), as deployed"})
+    retrieval_peak_fusion: bool = field(default=True, metadata={
+        "help": "retrieval: also score each hybrid with the label-free per-query weight (--fusion peak): "
+                "hybrid_base_peak, hybrid_without_peak, ..."})
     retrieval_dense_weights: list[float] = field(default_factory=list, metadata={
         "help": "retrieval: choose the hybrid's dense weight for the router without C among these, by mean Recall@5 "
                 "on the other (training) corpora's held-out questions, and score C at it (hybrid_without_chosen); "
@@ -252,7 +255,8 @@ def choose_dense_weight(cfg: LeaveOutConfig, others: dict[str, Path], router: st
 def score_retrieval(cfg: LeaveOutConfig, corpus: str, held: Path, models: dict[str, str | None], root: Path,
                     others: dict[str, Path] | None = None) -> dict:
     """{system: {recall@5, mrr@10, n}}: BM25, the base encoder, the router without C (and in-corpus), each also
-    as the hybrid prefix a deployment uses (BM25 + dense: ``hybrid_base``, ``hybrid_without``, ...); with
+    as the hybrid prefix a deployment uses (BM25 + dense: ``hybrid_base``, ``hybrid_without``, ...; with
+    ``retrieval_peak_fusion`` also at the per-query weight: ``hybrid_base_peak``, ``hybrid_without_peak``, ...); with
     ``retrieval_dense_weights`` and ``others`` (the training corpora's held-out files) also ``hybrid_without_chosen``:
     the router without C in the hybrid at the weight chosen on the training corpora."""
     eval_main = _evaluator("retrieval")
@@ -270,10 +274,15 @@ def score_retrieval(cfg: LeaveOutConfig, corpus: str, held: Path, models: dict[s
             "--base_encoder", models["base"], "--systems", *systems, "--output_dir", str(root / name)]
         if corpus in paths:
             argv += ["--corpus_path", paths[corpus]]
-        result = eval_main(argv + shlex.split(cfg.eval_args))
-        for system, m in result["systems"].items():
-            key = {"trained": name, "hybrid_trained": f"hybrid_{name}"}.get(system, system)
-            out[key] = {"recall@5": m.get("recall@5"), "mrr@10": m.get("mrr@10"), "n": m.get("n_queries")}
+        runs = [("", argv)]
+        if cfg.retrieval_hybrid and cfg.retrieval_peak_fusion:  # the hybrids again, per-query weight
+            hybrids = [s for s in systems if s.startswith("hybrid_")]
+            runs.append(("_peak", argv[:argv.index("--systems") + 1] + hybrids + [
+                "--output_dir", str(root / f"{name}_peak"), "--fusion", "peak"] + argv[argv.index("--output_dir") + 2:]))
+        for suffix, run_argv in runs:
+            for system, m in eval_main(run_argv + shlex.split(cfg.eval_args))["systems"].items():
+                key = {"trained": name, "hybrid_trained": f"hybrid_{name}"}.get(system, system) + suffix
+                out[key] = {"recall@5": m.get("recall@5"), "mrr@10": m.get("mrr@10"), "n": m.get("n_queries")}
     if cfg.retrieval_dense_weights and others and models.get("without"):
         chosen = choose_dense_weight(cfg, others, str(models["without"]), root)
         argv = ([cfg.eval_recipe] if cfg.eval_recipe else []) + [

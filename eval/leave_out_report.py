@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 MODELS = ("base", "without", "in_corpus")
-RETRIEVAL_EXTRA = ["bm25", "hybrid_base", "hybrid_without", "hybrid_without_chosen", "hybrid_in_corpus"]
+RETRIEVAL_EXTRA = ["bm25", "hybrid_base", "hybrid_without", "hybrid_without_chosen", "hybrid_in_corpus",
+                   "hybrid_base_peak", "hybrid_without_peak", "hybrid_in_corpus_peak"]
 METRICS = {"sufficiency": ("auroc", "ap"), "retrieval": ("recall@5", "mrr@10")}
 
 

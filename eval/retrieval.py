@@ -8,7 +8,7 @@ episode; the relevant set is the question's evidence steps. Systems:
 * ``bm25``: BM25 over ``Step.render()`` (the lexical half of the retrieval prefix);
 * ``base`` / ``trained``: dense cosine with the base / trained encoder (``VectorIndex`` per episode);
 * ``hybrid_base`` / ``hybrid_trained``: the Router-Mem fast prefix (``HybridRetriever``, BM25 + dense
-  min-max mixed with ``dense_weight``) with the base / trained encoder.
+  min-max mixed with ``dense_weight``, or per query with ``--fusion peak``) with the base / trained encoder.
 
 Ties are broken by temporal order everywhere. Metrics (multi-positive aware, means over questions):
 
@@ -46,7 +46,7 @@ from routers.io import OutputLock, atomic_write_json, atomic_write_text
 from eval.score_cache import ResultCache, content_hash, model_identity, ranking_field
 from routers.base import git_revision, library_versions
 from routers.memory.index import VectorIndex
-from routers.memory.retrieval import HybridRetriever, mix_scores
+from routers.memory.retrieval import FUSIONS, HybridRetriever, mix_scores
 from routers.memory.schema import LoadStats
 from routers.models import DEFAULT_ENCODER, load_encoder, resolve_encoder
 from routers.config import ConfigError, make_arg_parser, parse_config, save_resolved_config
@@ -72,6 +72,10 @@ class RetrievalEvalConfig:
     ks: list[int] = field(default_factory=lambda: [1, 5, 10], metadata={
         "help": f"Recall@k cutoffs, each in 1..{CUTOFF} (rankings keep the top {CUTOFF})."})
     dense_weight: float = field(default=0.5, metadata={"help": "Dense share in the hybrid prefix, in [0, 1]."})
+    fusion: str = field(default="minmax", metadata={
+        "help": "Hybrid mixing: minmax (at dense_weight) or peak (a per-query dense weight from how far each "
+                "retriever's top score stands out; label-free, for corpora the weight was never tuned on)",
+        "choices": list(FUSIONS)})
     dense_weight_sweep: list[float] = field(default_factory=list, metadata={
         "help": "Hybrid systems: also report Recall/MRR at each of these dense weights (one BM25 + dense pass, mixed "
                 "per weight; their rankings are recomputed, not read from the cache)."})
@@ -91,6 +95,8 @@ class RetrievalEvalConfig:
             raise ValueError(f"ks must be cutoffs in 1..{CUTOFF} (rankings keep the top {CUTOFF}), got {self.ks}")
         if not 0.0 <= self.dense_weight <= 1.0:
             raise ValueError(f"dense_weight must lie in [0, 1], got {self.dense_weight}")
+        if self.fusion not in FUSIONS:
+            raise ValueError(f"fusion must be one of {FUSIONS}, got {self.fusion!r}")
         if any(not 0.0 <= w <= 1.0 for w in self.dense_weight_sweep):
             raise ValueError(f"dense_weight_sweep values must lie in [0, 1], got {self.dense_weight_sweep}")
         if self.max_queries is not None and self.max_queries < 1:
@@ -186,14 +192,16 @@ def evaluate_systems(cfg: RetrievalEvalConfig, episodes, encoders: Mapping[str, 
             continue
         rankings, relevants, cats = [], [], []
         retriever = HybridRetriever(encoder=encoder, dense_weight=0.0 if kind == "bm25" else cfg.dense_weight,
-                                    batch_size=cfg.batch_size) if kind != "dense" else None
+                                    batch_size=cfg.batch_size, fusion=cfg.fusion) if kind != "dense" else None
         sweep = list(cfg.dense_weight_sweep) if kind == "hybrid" else []
         swept: dict[float, list] = {w: [] for w in sweep}
         by_ep: dict[str, list] = defaultdict(list)
         for ep, qa in pairs:
             by_ep[ep.episode_id].append((ep, qa))
         ident = "bm25" if kind == "bm25" else (identities or {}).get(enc_name)
-        system_key = f"{system}:{ident}:dense_weight={cfg.dense_weight if kind == 'hybrid' else None}" if ident else None
+        mixing = (f"dense_weight={cfg.dense_weight}" + ("" if cfg.fusion == "minmax" else f":fusion={cfg.fusion}")
+                  if kind == "hybrid" else "dense_weight=None")
+        system_key = f"{system}:{ident}:{mixing}" if ident else None
         for group in by_ep.values():
             ep = group[0][0]
             ids = [s.step_id for s in ep.steps]
@@ -238,6 +246,7 @@ def evaluate_systems(cfg: RetrievalEvalConfig, episodes, encoders: Mapping[str, 
         res["encoder"] = {"base": cfg.base_encoder, "trained": cfg.trained_encoder}.get(enc_name)
         if kind == "hybrid":
             res["dense_weight"] = cfg.dense_weight
+            res["fusion"] = cfg.fusion
         if sweep:
             res["by_dense_weight"] = {str(w): {m: v for m, v in ir_metrics([r for r, _ in swept[w]],
                                                                            [e for _, e in swept[w]], cfg.ks).items()

@@ -140,3 +140,31 @@ def test_dense_weight_sweep_matches_separate_runs_at_each_weight(tmp_path):
     assert by_w["1.0"]["mrr@10"] == swept["trained"]["mrr@10"]
     with pytest.raises(ValueError, match="dense_weight_sweep"):
         RetrievalEvalConfig(dense_weight_sweep=[1.5])
+
+
+def test_peak_fusion_is_cached_apart_from_minmax(tmp_path):
+    """--fusion peak ranks each question at its per-query weight, and a score cache holding the min-max rankings of
+    the same encoder and questions is not served for it (the cache key names the fusion)."""
+    from eval.retrieval import _load_episodes, evaluate_systems
+    from eval.score_cache import ResultCache
+    from routers.memory.retrieval import HybridRetriever
+
+    path, enc = hotpot_file(tmp_path), BagOfLetters(shift=1)
+    cfgs = {f: RetrievalEvalConfig(corpus="hotpotqa", corpus_path=str(path), eval_episodes=None, trained_encoder="unused",
+                                   systems=["hybrid_trained"], fusion=f, output_dir=str(tmp_path / "o"))
+            for f in ("minmax", "peak")}
+    episodes, _ = _load_episodes(cfgs["peak"])
+    with ResultCache(tmp_path / "cache.jsonl", required=("top10",)) as cache:
+        minmax, _ = evaluate_systems(cfgs["minmax"], episodes, {"trained": enc}, cache, {"trained": "enc-1"})
+        peak, rows = evaluate_systems(cfgs["peak"], episodes, {"trained": enc}, cache, {"trained": "enc-1"})
+        assert cache.hits == 0
+        again, _ = evaluate_systems(cfgs["peak"], episodes, {"trained": enc}, cache, {"trained": "enc-1"})
+        assert cache.hits == len(rows)
+    assert peak["hybrid_trained"]["fusion"] == "peak" and again == {k: {**v, "seconds": again[k]["seconds"]}
+                                                                    for k, v in peak.items()}
+    retriever = HybridRetriever(encoder=enc, dense_weight=0.5, fusion="peak")
+    by_id = {qa.qa_id: (ep, qa) for ep in episodes for qa in ep.qa}
+    for row in rows:
+        ep, qa = by_id[row["qa_id"]]
+        mixed, _, _ = retriever.scores(qa.question, ep)
+        assert row["top10"] == rank_by_scores(mixed, [s.step_id for s in ep.steps])[:10]

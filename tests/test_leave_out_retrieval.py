@@ -69,6 +69,7 @@ def test_retrieval_scores_name_each_system_and_its_hybrid(tmp_path, monkeypatch)
     monkeypatch.setattr(lo, "_evaluator", lambda kind: fake_eval)
     cfg = LeaveOutConfig(leave_out=["locomo"], corpus_files=[])
     models = {"base": "B", "without": "W", "in_corpus": "I"}
+    cfg.retrieval_peak_fusion = False
     out = lo.score_retrieval(cfg, "locomo", held, models, tmp_path / "o")
     assert calls == [["bm25", "base", "trained", "hybrid_base", "hybrid_trained"], ["trained", "hybrid_trained"]]
     assert {k: round(v["recall@5"], 1) for k, v in out.items()} == {
@@ -114,3 +115,37 @@ def test_dense_weight_is_chosen_on_the_training_corpora_never_on_c(tmp_path, mon
     assert choice["chosen_on"] == ["hotpotqa", "taubench"] and choice["mean_recall@5"]["0.8"] == 0.6
     assert calls[-1] == ("locomo", False, "0.2") and out["hybrid_without_chosen"]["recall@5"] == 0.25
     assert sum(1 for c in calls if c[1]) == 2
+
+
+def test_peak_fusion_rescores_only_the_hybrids_with_the_per_query_weight(tmp_path, monkeypatch):
+    """retrieval_peak_fusion (the default) runs the evaluator once more per model, on the hybrid systems only, with
+    --fusion peak into its own output folder (its own score cache) and the corpus path kept; the results land
+    under *_peak keys beside the min-max ones, and the table shows them."""
+    import eval.leave_out as lo
+
+    held = _write(tmp_path / "eval.jsonl", _records("eval"))
+    calls = []
+
+    def fake_eval(argv):
+        systems = argv[argv.index("--systems") + 1:argv.index("--output_dir")]
+        peak = "--fusion" in argv
+        calls.append((systems, argv[argv.index("--fusion") + 1] if peak else None,
+                      Path(argv[argv.index("--output_dir") + 1]).name, argv[argv.index("--corpus_path") + 1]))
+        return {"systems": {s: {"recall@5": (0.9 if peak else 0.1) + 0.01 * i, "mrr@10": 0.0, "n_queries": 3}
+                            for i, s in enumerate(systems)}}
+
+    monkeypatch.setattr(lo, "_evaluator", lambda kind: fake_eval)
+    cfg = LeaveOutConfig(leave_out=["locomo"], corpus_files=[], corpus_paths=["locomo=/data/locomo.json"])
+    out = lo.score_retrieval(cfg, "locomo", held, {"base": "B", "without": "W", "in_corpus": "I"}, tmp_path / "o")
+    assert calls == [
+        (["bm25", "base", "trained", "hybrid_base", "hybrid_trained"], None, "without", "/data/locomo.json"),
+        (["hybrid_base", "hybrid_trained"], "peak", "without_peak", "/data/locomo.json"),
+        (["trained", "hybrid_trained"], None, "in_corpus", "/data/locomo.json"),
+        (["hybrid_trained"], "peak", "in_corpus_peak", "/data/locomo.json")]
+    assert {k: round(v["recall@5"], 2) for k, v in out.items() if k.endswith("_peak")} == {
+        "hybrid_base_peak": 0.9, "hybrid_without_peak": 0.91, "hybrid_in_corpus_peak": 0.9}
+    assert round(out["hybrid_without"]["recall@5"], 2) == 0.14
+    from eval.leave_out_report import format_table
+
+    head = format_table("retrieval", {"locomo": out}).splitlines()[0]
+    assert "hybrid_without_peak recall@5" in head and "hybrid_base_peak recall@5" in head

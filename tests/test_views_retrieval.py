@@ -173,6 +173,62 @@ def test_hybrid_mixes_lexical_and_dense():
     np.testing.assert_allclose(mixed_w, (1 - w) * _minmax(lex) + w * _minmax(exp_dense), atol=1e-12)
 
 
+def test_peak_weight_exact_values():
+    """peak = (max - mean) / std; the dense weight is peak(dense) / (peak(BM25) + peak(dense)), 0.5 if both flat."""
+    from routers.memory.retrieval import mix_scores, peak, peak_dense_weight
+
+    lex, dense = np.array([3.0, 0.0, 0.0, 1.0]), np.array([0.2, 0.6, 0.4, 0.4])
+    p_lex = (3.0 - 1.0) / np.sqrt(np.mean((lex - 1.0) ** 2))          # 2 / sqrt(1.5)
+    p_dense = (0.6 - 0.4) / np.sqrt(np.mean((dense - 0.4) ** 2))      # 0.2 / sqrt(0.02)
+    assert peak(lex) == pytest.approx(p_lex, abs=1e-12) and peak(dense) == pytest.approx(p_dense, abs=1e-12)
+    w = p_dense / (p_lex + p_dense)
+    assert peak_dense_weight(lex, dense) == pytest.approx(w, abs=1e-12)
+    np.testing.assert_allclose(mix_scores(lex, dense, 0.5, "peak"), (1 - w) * _minmax(lex) + w * _minmax(dense), atol=1e-12)
+    # the weight ignores dense_weight's value, but 0 still means BM25 alone
+    np.testing.assert_allclose(mix_scores(lex, dense, 0.9, "peak"), mix_scores(lex, dense, 0.2, "peak"), atol=1e-12)
+    np.testing.assert_allclose(mix_scores(lex, dense, 0.0, "peak"), _minmax(lex), atol=1e-12)
+    flat = np.zeros(4)
+    assert peak(flat) == 0.0 and peak(np.zeros(0)) == 0.0 and peak_dense_weight(flat, flat) == 0.5
+    assert peak_dense_weight(flat, dense) == 1.0 and peak_dense_weight(lex, flat) == 0.0
+    # scale-free: multiplying either list by a positive constant changes nothing
+    assert peak_dense_weight(7 * lex, 0.1 * dense) == pytest.approx(w, abs=1e-12)
+    with pytest.raises(ValueError, match="fusion"):
+        mix_scores(lex, dense, 0.5, "rrf")
+    with pytest.raises(ValueError, match="fusion"):
+        HybridRetriever(encoder="none", fusion="max")
+
+
+def test_peak_fusion_moves_the_weight_to_the_retriever_that_is_sure():
+    """An id the question names and one step repeats: BM25's top stands far out, the dense list is flat, and the
+    per-query weight goes to BM25, so that step wins where the fixed 0.5 picks the dense favourite; the mirror case
+    (a paraphrase: flat BM25, one dense step far out) moves the weight to the dense encoder."""
+    from routers.memory.retrieval import mix_scores, peak_dense_weight
+
+    def top(x):
+        return int(np.lexsort((np.arange(len(x)), -x))[0])
+
+    lex = np.array([4.0, 2.0, 0, 0, 0, 0, 0, 0])
+    dense = np.array([0.0, 1.0, 0.9, 0.85, 0.8, 0.85, 0.9, 0.8])
+    assert top(mix_scores(lex, dense, 0.5)) == 1 and top(mix_scores(lex, dense, 0.5, "peak")) == 0
+    assert peak_dense_weight(lex, dense) < 0.3
+    lex2, dense2 = np.array([0.0, 1.0, 0.9, 0.85, 0.8, 0.85, 0.9, 0.8]), np.array([4.0, 2.0, 0, 0, 0, 0, 0, 0])
+    assert top(mix_scores(lex2, dense2, 0.5)) == 1 and top(mix_scores(lex2, dense2, 0.5, "peak")) == 0
+    assert peak_dense_weight(lex2, dense2) > 0.7
+
+
+def test_hybrid_retriever_peak_fusion_scores():
+    enc = BagOfLetters()
+    ep = make_episode(texts=["order w7 shipped to the warehouse", "a reversed drow line", "filler words one",
+                             "filler words two", "filler words three"])
+    from routers.memory.retrieval import peak_dense_weight
+
+    peaked = HybridRetriever(encoder=enc, dense_weight=0.5, fusion="peak")
+    mixed, lex, dense = peaked.scores("w7 warehouse", ep)
+    w = peak_dense_weight(lex, dense)
+    assert 0 < w < 0.5  # one BM25 hit stands out more than the letter-count cosines do
+    np.testing.assert_allclose(mixed, (1 - w) * _minmax(lex) + w * _minmax(dense), atol=1e-12)
+
+
 def test_step_embeddings_cached_per_episode():
     enc = BagOfLetters()
     r = HybridRetriever(encoder=enc, dense_weight=0.5)

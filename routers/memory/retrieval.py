@@ -1,6 +1,9 @@
 """The shared retrieval prefix R_f(q, M) -> (C_f, H_f): BM25 + dense hybrid over single steps.
 
-Scores from the two retrievers are min-max normalized per query and mixed with ``dense_weight``.
+Scores from the two retrievers are min-max normalized per query and mixed with ``dense_weight`` (``fusion="minmax"``,
+the default), or with a per-query dense weight read off the two score lists themselves (``fusion="peak"``: the
+retriever whose top score stands further out of its own distribution gets more weight; no label, no parameter --
+the choice for a corpus the weight was never tuned on, see configs/retriever/README.md "A per-query weight").
 Step embeddings are computed once per episode and cached in memory (and optionally on disk).
 """
 
@@ -40,8 +43,35 @@ def _minmax(x: np.ndarray) -> np.ndarray:
     return np.zeros_like(x) if hi - lo < 1e-12 else (x - lo) / (hi - lo)
 
 
-def mix_scores(lex: np.ndarray, dense: np.ndarray, dense_weight: float) -> np.ndarray:
-    """The hybrid score: min-max normalised BM25 and dense scores, ``dense_weight`` of the dense one."""
+FUSIONS = ("minmax", "peak")
+
+
+def peak(x: np.ndarray) -> float:
+    """How far the top score stands out of its list: (max - mean) / std; 0 for a flat (or empty) list."""
+    if x.size == 0:
+        return 0.0
+    sd = float(x.std())
+    return 0.0 if sd < 1e-12 else (float(x.max()) - float(x.mean())) / sd
+
+
+def peak_dense_weight(lex: np.ndarray, dense: np.ndarray) -> float:
+    """The per-query dense weight of ``fusion="peak"``: peak(dense) / (peak(BM25) + peak(dense)); 0.5 when both are flat.
+
+    A question that names an id or a rare word gives BM25 one step far above the rest, and the weight moves to BM25;
+    a paraphrase gives BM25 a flat list and the weight moves to the dense encoder.
+    """
+    pl, pd = peak(lex), peak(dense)
+    return 0.5 if pl + pd <= 0 else pd / (pl + pd)
+
+
+def mix_scores(lex: np.ndarray, dense: np.ndarray, dense_weight: float, fusion: str = "minmax") -> np.ndarray:
+    """The hybrid score: min-max normalised BM25 and dense scores, ``dense_weight`` of the dense one
+    (``fusion="peak"``: the weight is ``peak_dense_weight(lex, dense)`` and ``dense_weight`` only says whether the
+    dense half is used at all: 0 keeps BM25 alone)."""
+    if fusion not in FUSIONS:
+        raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
+    if fusion == "peak" and dense_weight > 0:
+        dense_weight = peak_dense_weight(lex, dense)
     return (1 - dense_weight) * _minmax(lex) + dense_weight * _minmax(dense)
 
 
@@ -51,10 +81,14 @@ class HybridRetriever:
     ``encoder``: an object with a sentence-transformers ``encode`` (a ``SentenceTransformer``, a
     ``RetrieverRouter``), or a name/path to load -- an alias (``"minilm"``), an HF id, or a local folder
     such as a trained retriever export (``outputs/retriever_minilm/export``); ``None`` loads the default
-    encoder when ``dense_weight > 0``; ``"none"`` means BM25 only.
+    encoder when ``dense_weight > 0``; ``"none"`` means BM25 only. ``fusion``: ``"minmax"`` mixes at ``dense_weight``,
+    ``"peak"`` at a per-query weight (``peak_dense_weight``).
     """
 
-    def __init__(self, encoder=None, dense_weight: float = 0.5, batch_size: int = 64):
+    def __init__(self, encoder=None, dense_weight: float = 0.5, batch_size: int = 64, fusion: str = "minmax"):
+        if fusion not in FUSIONS:
+            raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
+        self.fusion = fusion
         if isinstance(encoder, (str, os.PathLike)):
             name = os.fspath(encoder)
             encoder = None
@@ -104,7 +138,7 @@ class HybridRetriever:
         if emb is not None:
             q = query_embedding if query_embedding is not None else self.encode_queries([query])[0]
             dense = emb @ q
-        return mix_scores(lex, dense, self.dense_weight), lex, dense
+        return mix_scores(lex, dense, self.dense_weight, self.fusion), lex, dense
 
     def retrieve(self, query: str, episode: Episode, k: int = 10) -> list[Hit]:
         """Top-k steps by hybrid score (ties broken by temporal order)."""
