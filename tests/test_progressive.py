@@ -428,6 +428,12 @@ def test_config_hash_tracks_settings_and_retrained_weights(tmp_path):
     assert set(ids) == {"base", "trained"}
     assert ev.config_hash(_cfg(tmp_path, router=str(router), taus=[0.5], output_dir="elsewhere")) == h
     assert ev.config_hash(_cfg(tmp_path, router=str(router), top_k=5)) != h
+    assert ev.config_hash(_cfg(tmp_path, router=str(router), fusion="peak")) != h
+    from eval.progressive.cache import HASHED, PROMPT_VERSION, RECORD_VERSION, _sha
+
+    # the default fusion is not in the payload: caches written before the option existed are still found
+    assert h == _sha({**{k: getattr(cfg, k) for k in HASHED}, "prompt_version": PROMPT_VERSION,
+                      "record_version": RECORD_VERSION, "files": {"encoder": None, "answer_model": None}})
     assert ev.config_hash(_cfg(tmp_path)) == h  # the router is not part of the paths' hash...
     (router / "model.safetensors").write_bytes(b"v2 retrained")
     assert ev.config_hash(cfg) == h

@@ -42,6 +42,8 @@ def config_hash(cfg: ProgressiveEvalConfig) -> str:
     the prefix, fast / slow / RAG / long-context answers and their times. Router scores are keyed apart
     (:func:`router_ids`), so evaluating another router reuses every cached path and only scores C_f."""
     payload = {k: getattr(cfg, k) for k in HASHED}
+    if cfg.fusion != "minmax":  # added later: the default leaves every existing cache's hash as it was
+        payload["fusion"] = cfg.fusion
     payload.update(prompt_version=PROMPT_VERSION, record_version=RECORD_VERSION)
     # A model retrained into the same folder must not reuse the old records: fingerprint local folders.
     payload["files"] = {k: _fingerprint(getattr(cfg, k)) for k in ("encoder", "answer_model")}

@@ -41,6 +41,9 @@ class ProgressiveEvalConfig:
         "help": "Prefix encoder: alias, path, a `memroute train retriever` export; 'none' = BM25 only."})
     rag_encoder: str = field(default=DEFAULT_ENCODER, metadata={"help": "Dense RAG baseline encoder ('none' = BM25)."})
     dense_weight: float = field(default=0.5, metadata={"help": "Dense share of the hybrid prefix."})
+    fusion: str = field(default="minmax", metadata={
+        "help": "Prefix mixing: minmax (at dense_weight) or peak (label-free per-query weight, for unseen corpora).",
+        "choices": ["minmax", "peak"]})
     top_k: int = field(default=10, metadata={"help": "Prefix hits."})
     rag_k: int = field(default=5, metadata={"help": "RAG baseline: top-k steps, in rank order."})
     block_size: int = 8

@@ -181,7 +181,8 @@ class LazyModels:
             return self
         cfg, g = self.cfg, self._given
         backend = g["backend"] if g["backend"] is not None else _make_backend(cfg.answer_model, cfg)
-        retriever = g["retriever"] or HybridRetriever(encoder=cfg.encoder, dense_weight=cfg.dense_weight)
+        retriever = g["retriever"] or HybridRetriever(encoder=cfg.encoder, dense_weight=cfg.dense_weight,
+                                                         fusion=cfg.fusion)
         rag = self._rag_retriever(retriever)
         if self.routers is None:
             self.routers = g["routers"] if g["routers"] is not None else _load_routers(cfg, backend)
