@@ -81,7 +81,7 @@ def bar_plot(kind: str, rows: dict, path: Path) -> None:
     ax = fig.add_subplot(1, 2 if calibrated else 1, 1)
     x = np.arange(len(corpora))
     models = [m for m in MODELS + (tuple(RETRIEVAL_EXTRA) if kind == "retrieval" else ())
-              if m in MODELS or any(m in r for r in rows.values())]
+              if m in ("base", "without") or any(m in r for r in rows.values())]  # no empty legend entries
     width = 0.8 / len(models)
     for j, model in enumerate(models):
         vals = [rows[c].get(model, {}).get(metric) for c in corpora]

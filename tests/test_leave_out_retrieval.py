@@ -149,3 +149,17 @@ def test_peak_fusion_rescores_only_the_hybrids_with_the_per_query_weight(tmp_pat
 
     head = format_table("retrieval", {"locomo": out}).splitlines()[0]
     assert "hybrid_without_peak recall@5" in head and "hybrid_base_peak recall@5" in head
+
+
+def test_plot_shows_only_the_models_that_were_scored(tmp_path, monkeypatch):
+    """No legend entry (and empty bar slot) for a model that no corpus has (here: no in-corpus router given)."""
+    import eval.plots
+    from eval.leave_out_report import bar_plot
+
+    figs = []
+    monkeypatch.setattr(eval.plots, "save_figure", lambda fig, path: figs.append(fig))
+    rows = {c: {m: {"recall@5": 0.5, "n": 3} for m in ("base", "without", "bm25", "hybrid_without", "hybrid_without_peak")}
+            for c in ("locomo", "taubench")}
+    bar_plot("retrieval", rows, tmp_path / "p.png")
+    labels = [t.get_text() for t in figs[0].axes[0].get_legend().get_texts()]
+    assert labels == ["base", "without", "bm25", "hybrid_without", "hybrid_without_peak"]
