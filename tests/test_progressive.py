@@ -447,6 +447,14 @@ def test_config_hash_tracks_settings_and_retrained_weights(tmp_path):
     assert ev.config_hash(_cfg(tmp_path, encoder=str(encoder))) != h_enc
 
 
+def test_fusion_reaches_the_executors_prefix(tmp_path):
+    """--fusion peak is the prefix retriever's mixing (not only a hash key): the loaded executor retrieves with it."""
+    for fusion in ("minmax", "peak"):
+        models = ev.LazyModels(_cfg(tmp_path, fusion=fusion), backend=FakeBackend(), routers={},
+                               counter=TokenCounter()).load()
+        assert models.executor.retriever.fusion == fusion
+
+
 # -- judge ---------------------------------------------------------------------------------------------------------
 def test_ama_bench_judge_prompt_and_verdicts():
     (msg,) = judge_messages("Where?", "Paris", "in Paris")
