@@ -218,7 +218,8 @@ class RetrieverRouter(ExportedRouter):
 USAGE = """from routers.retriever import RetrieverRouter
 r = RetrieverRouter.from_pretrained("path/to/this/dir")
 r.retrieve(question, r.build_index(episode.steps), k=5)   # [(step_id, cosine), ...]
-# or: SentenceTransformer("path/to/this/dir"); or HybridRetriever(encoder="path/to/this/dir")"""
+# or: SentenceTransformer("path/to/this/dir"); or HybridRetriever(encoder="path/to/this/dir")
+# on a corpus it was not trained on: HybridRetriever(encoder="path/to/this/dir", fusion="peak")  (per-query weight)"""
 
 
 def sentence_transformers_card(model, base_id: str | None) -> str | None:
