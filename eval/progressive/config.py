@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from routers.memory.retrieval import FUSIONS
 from routers.models import DEFAULT_CAUSAL_LM, DEFAULT_ENCODER
 from routers.config import ConfigError
 
@@ -43,7 +44,7 @@ class ProgressiveEvalConfig:
     dense_weight: float = field(default=0.5, metadata={"help": "Dense share of the hybrid prefix."})
     fusion: str = field(default="minmax", metadata={
         "help": "Prefix mixing: minmax (at dense_weight) or peak (label-free per-query weight, for unseen corpora).",
-        "choices": ["minmax", "peak"]})
+        "choices": list(FUSIONS)})
     top_k: int = field(default=10, metadata={"help": "Prefix hits."})
     rag_k: int = field(default=5, metadata={"help": "RAG baseline: top-k steps, in rank order."})
     block_size: int = 8
