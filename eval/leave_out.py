@@ -69,6 +69,11 @@ class LeaveOutConfig:
         "help": "retrieval: choose the hybrid's dense weight for the router without C among these, by mean Recall@5 "
                 "on the other (training) corpora's held-out questions, and score C at it (hybrid_without_chosen); "
                 "C's own labels are never used. Empty: the evaluator's dense_weight only"})
+    surface_baseline: bool = field(default=True, metadata={
+        "help": "sufficiency: also fit a no-reading baseline (eval/surface_baseline.py: step count, length, question-"
+                "step cosines; logistic regression) on the training file without C and score C with it ('surface')"})
+    surface_encoder: str = field(default="sentence-transformers/all-MiniLM-L6-v2", metadata={
+        "help": "encoder of the surface baseline's cosines"})
     recalibration_labels: list[int] = field(default_factory=lambda: [20, 40], metadata={
         "help": "k: also recalibrate tau from k labelled samples of C (random draws), judged on the rest"})
     output_dir: str = "results/leave_out"
@@ -228,6 +233,21 @@ def score_sufficiency(cfg: LeaveOutConfig, held: Path, models: dict[str, str | N
     return out
 
 
+def surface_of(cfg: LeaveOutConfig, held: Path, root: Path) -> dict:
+    """The no-reading baseline fitted without C, scored on C; cached in ``OUT/C/surface.json`` (same inputs only)."""
+    from eval.surface_baseline import surface_baseline
+    from routers.models import load_encoder
+
+    train, cache = root / "train_without.jsonl", root / "surface.json"
+    key = {"encoder": cfg.surface_encoder, "train": [str(train), train.stat().st_size],
+           "held_out": [str(held), held.stat().st_size]}
+    if cache.exists() and (hit := json.loads(cache.read_text())).get("key") == key:
+        return hit["result"]
+    result = surface_baseline(list(read_jsonl(train)), list(read_jsonl(held)), load_encoder(cfg.surface_encoder))
+    atomic_write_json(cache, {"key": key, "result": result})
+    return result
+
+
 def _episodes_of(held: Path, corpus: str) -> list[str]:
     return sorted({r["episode_id"] for r in read_jsonl(held) if r.get("source", corpus) == corpus})
 
@@ -344,6 +364,8 @@ def run(kind: str, cfg: LeaveOutConfig, trainer: Callable | None = None) -> dict
                                 {o: _held_out(sources[o], o) for o in sources if o != corpus})
             rows[corpus] = {**score, "held_out": str(held), "train_without": {"file": str(root / "train_without.jsonl"),
                             "samples": info.get("samples")}, "models": models}
+            if kind == "sufficiency" and cfg.surface_baseline:
+                rows[corpus]["surface"] = surface_of(cfg, held, root)
             if kind == "sufficiency" and cfg.calibration_travel:
                 rows[corpus]["calibration"] = calibration_of(cfg, sources, corpus, str(router), root)
         table = format_table(kind, rows)

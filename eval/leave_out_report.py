@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 MODELS = ("base", "without", "in_corpus")
+SUFFICIENCY_EXTRA = ["surface"]  # the no-reading baseline (eval/surface_baseline.py), fitted without C
 RETRIEVAL_EXTRA = ["bm25", "hybrid_base", "hybrid_without", "hybrid_without_chosen", "hybrid_in_corpus",
                    "hybrid_base_peak", "hybrid_without_peak", "hybrid_in_corpus_peak"]
 METRICS = {"sufficiency": ("auroc", "ap"), "retrieval": ("recall@5", "mrr@10")}
@@ -21,12 +22,13 @@ def _f(x) -> str:
 
 def format_by_negative(rows: dict) -> str:
     """AUROC of the positives against each kind of negative, per corpus and model (eval.metrics)."""
-    kinds = sorted({k for r in rows.values() for m in MODELS for k in r.get(m, {}).get("auroc_by_negative", {})})
+    models = MODELS + tuple(SUFFICIENCY_EXTRA)
+    kinds = sorted({k for r in rows.values() for m in models for k in r.get(m, {}).get("auroc_by_negative", {})})
     if not kinds:
         return ""
     lines = ["| corpus | model | " + " | ".join(f"vs {k} (n)" for k in kinds) + " |", "|---|---|" + "---|" * len(kinds)]
     for corpus, r in rows.items():
-        for model in MODELS:
+        for model in models:
             by = r.get(model, {}).get("auroc_by_negative")
             if by:
                 lines.append(f"| {corpus} | {model} | " + " | ".join(
@@ -55,7 +57,7 @@ def format_calibration(rows: dict) -> str:
 
 def format_table(kind: str, rows: dict) -> str:
     metric = METRICS[kind][0]
-    cols = ["base", "without", "in_corpus"] + (RETRIEVAL_EXTRA if kind == "retrieval" else [])
+    cols = ["base", "without", "in_corpus"] + (RETRIEVAL_EXTRA if kind == "retrieval" else SUFFICIENCY_EXTRA)
     cols = [c for c in cols if c in MODELS or any(c in r for r in rows.values())]
     head = "| corpus | n | " + " | ".join(f"{c} {metric}" for c in cols) + " | without - base |"
     lines = [head, "|" + "---|" * (len(cols) + 3)]
@@ -80,7 +82,7 @@ def bar_plot(kind: str, rows: dict, path: Path) -> None:
     fig = Figure(figsize=((1.8 + 1.6 * len(corpora)) * (2 if calibrated else 1), 4.2))
     ax = fig.add_subplot(1, 2 if calibrated else 1, 1)
     x = np.arange(len(corpora))
-    models = [m for m in MODELS + (tuple(RETRIEVAL_EXTRA) if kind == "retrieval" else ())
+    models = [m for m in MODELS + tuple(RETRIEVAL_EXTRA if kind == "retrieval" else SUFFICIENCY_EXTRA)
               if m in ("base", "without") or any(m in r for r in rows.values())]  # no empty legend entries
     width = 0.8 / len(models)
     for j, model in enumerate(models):

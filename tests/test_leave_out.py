@@ -97,20 +97,26 @@ def test_leave_out_trains_without_scores_and_resumes(corpora, recipe, tiny_llama
         assert cal["recalibrated"] == []  # 20 / 40 labels: more than the 6 held-out samples
         by_negative = row["without"]["auroc_by_negative"]
         assert set(by_negative) == {"none"} and by_negative["none"]["n"] == 3
+        assert row["surface"]["n"] == 6 and set(row["surface"]["coef"]) >= {"cos_min", "n_steps"}  # no-reading baseline
+        assert (tmp_path / "out" / name / "surface.json").exists()
     assert "Calibration travel" in (tmp_path / "out" / "leave_out.md").read_text()
     assert "| alpha | without | " in (tmp_path / "out" / "leave_out.md").read_text()  # the by-negative table
     table = (tmp_path / "out" / "leave_out.md").read_text().split("\n\nAUROC of the positives")[0].splitlines()
     assert "base auroc" in table[0] and "without auroc" in table[0] and "in_corpus auroc" in table[0]
+    assert "surface auroc" in table[0]
     assert [line.split("|")[1].strip() for line in table[2:]] == ["alpha", "beta", "gamma"]
     assert (tmp_path / "out" / "leave_out.png").stat().st_size > 0
     assert json.loads((tmp_path / "out" / "leave_out.json").read_text())["results"].keys() == set(corpora)
 
+    stamps = {n: (tmp_path / "out" / n / "surface.json").stat().st_mtime_ns for n in corpora}
     again = leave_out_main(argv, kind="sufficiency", trainer=_counting(calls))
     assert len(calls) == 3  # routers reused, not retrained
     for name in corpora:
         assert again["results"][name]["without"]["from_cache"] == 6  # every score reused
         assert again["results"][name]["without"]["auroc"] == result["results"][name]["without"]["auroc"]
         assert again["results"][name]["calibration"] == result["results"][name]["calibration"]
+        assert again["results"][name]["surface"] == result["results"][name]["surface"]
+        assert (tmp_path / "out" / name / "surface.json").stat().st_mtime_ns == stamps[name]  # not refitted
 
 
 def test_cli_dispatch_and_explicit_files(corpora, tiny_llama_dir, router_dir, tmp_path, one_torch_thread):
