@@ -163,3 +163,17 @@ def test_plot_shows_only_the_models_that_were_scored(tmp_path, monkeypatch):
     bar_plot("retrieval", rows, tmp_path / "p.png")
     labels = [t.get_text() for t in figs[0].axes[0].get_legend().get_texts()]
     assert labels == ["base", "without", "bm25", "hybrid_without", "hybrid_without_peak"]
+
+
+def test_one_corpus_plot_is_as_wide_as_three(tmp_path, monkeypatch):
+    """One left-out corpus used to get a figure so narrow that its two titles and legends overlapped."""
+    import eval.plots
+    from eval.leave_out_report import bar_plot
+
+    figs = []
+    monkeypatch.setattr(eval.plots, "save_figure", lambda fig, path: figs.append(fig))
+    for corpora in (("hotpotqa",), ("hotpotqa", "locomo", "textworld")):
+        bar_plot("sufficiency", {c: {m: {"auroc": 0.6, "n": 4} for m in ("base", "without", "surface")}
+                                 for c in corpora}, tmp_path / "p.png")
+    assert figs[0].get_size_inches()[0] == figs[1].get_size_inches()[0]
+    assert [t.get_text() for t in figs[0].axes[0].get_legend().get_texts()] == ["base", "without", "surface"]
