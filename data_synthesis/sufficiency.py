@@ -68,7 +68,13 @@ class SufficiencySynthConfig:
     max_eval_qa_per_episode: int | None = field(default=None, metadata={"help": "cap per episode (eval split)"})
     distractors_min: int = 2
     distractors_max: int = 6
-    positive_hard_fraction: float = field(default=0.5, metadata={"help": "share of hard distractors in positives"})
+    positive_hard_fraction: float = field(default=1.0, metadata={
+        "help": "share of hard distractors in positives (negatives: all hard). Below 1 the label is readable off how "
+                "related the context is (the paper draws positives' at random; 0.5 was our default until the surface "
+                "baseline showed the shortcut: configs/sufficiency/README.md)"})
+    refill_match_length: bool = field(default=True, metadata={
+        "help": "the hard distractors that replace a negative's removed evidence are the ones closest to it in length "
+                "(false: drawn at random; evidence runs longer, so length alone would predict the label)"})
     hard_pool: int = field(default=20, metadata={"help": "mine hard distractors among this many top candidates"})
     entity_bonus: float = 0.1
     encoder: str = "sentence-transformers/all-MiniLM-L6-v2"

@@ -133,8 +133,27 @@ def build_candidates(episode: Episode, qa: QA, cfg: SufficiencySynthConfig, mine
         keep, variant = [], "none"
     missing = [e for e in evidence if e not in keep]
     n_neg = rng.randint(cfg.distractors_min, cfg.distractors_max) + len(missing)
-    distract = rng.sample(hard, min(len(hard), n_neg))
+    if cfg.refill_match_length:
+        distract = rng.sample(hard, min(len(hard), n_neg - len(missing)))
+        distract += length_matched(episode, missing, [h for h in hard if h not in distract])
+    else:
+        distract = rng.sample(hard, min(len(hard), n_neg))
     out.append(_record(episode, qa, keep, distract, keep, missing, 0, variant))
+    return out
+
+
+def length_matched(episode: Episode, removed: list[str], pool: list[str]) -> list[str]:
+    """For each removed evidence step, the unused pool step closest to it in rendered length (ties: pool order,
+    i.e. the more related). Why: evidence steps run longer than the distractors that replace them, so without
+    this a negative's context is shorter than a positive's and length alone predicts the label."""
+    pool, out = list(pool), []
+    for step_id in removed:
+        if not pool:
+            break
+        n = len(episode.step(step_id).render())
+        best = min(pool, key=lambda p: abs(len(episode.step(p).render()) - n))
+        pool.remove(best)
+        out.append(best)
     return out
 
 

@@ -41,6 +41,14 @@ class QuickstartConfig:
                 "discarded ~1 % of negatives and cost most of the synthesis time"})
     distractors_min: int = 2
     distractors_max: int = 4
+    positive_hard_fraction: float = field(default=1.0, metadata={
+        "help": "synthesis: share of hard distractors in positives; 0.5 with refill_match_length false = the data of "
+                "the numbers measured before matched synthesis (configs/sufficiency/README.md)"})
+    refill_match_length: bool = True
+    surface_baseline: bool = field(default=True, metadata={
+        "help": "also score the no-reading baseline (eval/surface_baseline.py; fitted on the training file) on the "
+                "held-out conversations: a router that does not beat it has not shown that it reads"})
+    surface_encoder: str = field(default=DEFAULT_ENCODER, metadata={"help": "encoder of the surface baseline's cosines"})
     train_top_layers: int | None = field(default=24, metadata={
         "help": "the frozen-prefix path (train only the top K layers on cached states); null = LoRA on every layer. "
                 "24 of SmolLM2's 30: K <= 12 barely moved held-out AUROC in the sweep, K = 16 reached 0.70; on the CPU (no "
@@ -89,7 +97,8 @@ def main(argv=None) -> dict:
         output_dir=str(out / "data"), corpus="locomo", corpus_path=cfg.corpus_path, eval_episodes=cfg.eval_episodes,
         max_qa_per_episode=cfg.max_qa_per_episode, max_eval_qa_per_episode=cfg.max_eval_qa_per_episode,
         distractors_min=cfg.distractors_min, distractors_max=cfg.distractors_max, encoder=cfg.encoder,
-        answer_models=cfg.answer_models, seed=cfg.seed)
+        answer_models=cfg.answer_models, positive_hard_fraction=cfg.positive_hard_fraction,
+        refill_match_length=cfg.refill_match_length, seed=cfg.seed)
     stats = SufficiencySynthesizer(synth_cfg).run()
     timings["synthesis_s"] = time.perf_counter() - t
 
@@ -120,6 +129,8 @@ def main(argv=None) -> dict:
     metrics = eval_sufficiency.main(["--router", str(out / "router"), "--base_model", cfg.model_name_or_path,
                                      "--data", str(out / "data" / "eval.jsonl"), "--output_dir", str(out / "eval"),
                                      "--write_calibration_to_router", "true", "--dtype", cfg.eval_dtype])
+    if cfg.surface_baseline:
+        metrics["models"]["surface"] = surface_row(cfg, out)
     timings["evaluation_s"] = time.perf_counter() - t
     timings["total_s"] = sum(timings.values())
 
@@ -133,15 +144,32 @@ def main(argv=None) -> dict:
     return summary
 
 
+def surface_row(cfg: QuickstartConfig, out: Path) -> dict:
+    """The no-reading baseline on the held-out file, saved beside the routers' metrics (``surface_baseline.json``)."""
+    from eval.surface_baseline import surface_baseline
+    from routers.io import read_jsonl
+    from routers.models import load_encoder
+
+    data = out / "data"
+    result = surface_baseline(list(read_jsonl(data / "train.jsonl")), list(read_jsonl(data / "eval.jsonl")),
+                              load_encoder(cfg.surface_encoder))
+    atomic_write_json(out / "eval" / "surface_baseline.json", {"encoder": cfg.surface_encoder, **result})
+    return result
+
+
 def final_report(summary: dict, metrics: dict, out: Path) -> str:
     """What a newcomer needs at the end: did training help (base vs trained), where things are, how to use it."""
     t = summary["timings"]
     rows = []
+    fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
     for name in ("base", "trained"):
         m = metrics["models"].get(name)
         if m:
-            fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
             rows.append(f"  {name:<8} AUROC {fmt(m.get('auroc'))}   AP {fmt(m.get('ap'))}   ECE {fmt(m.get('ece'))}")
+    if "surface" in metrics["models"]:
+        m = metrics["models"]["surface"]
+        rows.append(f"  {'surface':<8} AUROC {fmt(m.get('auroc'))}   AP {fmt(m.get('ap'))}   (no reading: step count, "
+                    "length, question-step similarity; a router that does not beat it has not shown that it reads)")
     if summary["calibration_written_to_router"]:
         tau = json.loads((out / "router" / "calibration.json").read_text()).get("threshold")
         cal = f"calibrated tau {tau:.3f} written into the router"

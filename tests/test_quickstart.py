@@ -25,6 +25,10 @@ def test_quickstart_end_to_end_tiny(tiny_llama_dir, tmp_path, capsys):
     assert "base     AUROC" in printed and "trained  AUROC" in printed and "router: " + str(out / "router") in printed
     assert "load_router(" in printed and "router.decide(router.score(" in printed and "0.86" in printed
     assert "the router keeps tau 0.5" in printed
+    # the no-reading baseline beside the routers (fitted on the training file, scored on the same held-out file)
+    surface = json.loads((out / "eval" / "surface_baseline.json").read_text())
+    assert surface["n"] == 12 and set(surface["coef"]) >= {"cos_min", "log_chars"} and "surface  AUROC" in printed
+    assert summary["config"]["positive_hard_fraction"] == 1.0 and summary["config"]["refill_match_length"] is True
     assert summary["training"]["frozen_prefix"]["trained_layers"] >= 1  # the default path is the CPU-efficient one
     assert metrics["n_samples"] == 12 and set(metrics["models"]) == {"base", "trained"}
     # the quickstart asks for the calibration to be written into its router, but 12 samples are too few:

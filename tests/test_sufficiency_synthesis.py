@@ -19,7 +19,8 @@ from data_synthesis.corpora import sample_qa
 from routers.io import RecordError, read_jsonl
 from data_synthesis.sufficiency import SufficiencySynthConfig, SufficiencySynthesizer
 from data_synthesis.sufficiency_samples import (RECORD_FIELDS, SCHEMA_VERSION, DistractorMiner, build_candidates,
-                                                leaks_answer)
+                                                leaks_answer, length_matched)
+from routers.memory.schema import Episode, Step
 from routers.text import answers_correctly
 from routers.memory.retrieval import HybridRetriever
 
@@ -388,3 +389,42 @@ def test_trainer_dataset_names_file_and_line(tmp_path, smollm2_tokenizer):
         SufficiencyDataset(str(path), smollm2_tokenizer, max_length=768)
     path.write_text(json.dumps(good) + "\n")
     assert len(SufficiencyDataset(str(path), smollm2_tokenizer, max_length=768)) == 1
+
+
+# -- length-matched refill -----------------------------------------------------------------------------
+def test_length_matched_picks_the_closest_unused_step():
+    steps = [Step(f"s{i}", i, "x" * n) for i, n in enumerate([100, 40, 95, 10, 60, 101])]
+    ep = Episode("e", steps)
+    # s0 (len 100 + id) takes s5 (101), then s2 (95) is the closest left; ties go to pool order.
+    assert length_matched(ep, ["s0", "s4"], ["s1", "s2", "s3", "s5"]) == ["s5", "s1"]
+    assert length_matched(ep, ["s0", "s4", "s3"], ["s2"]) == ["s2"]  # pool runs out: fewer refills, no error
+    tie = [Step("a", 0, "x" * 50), Step("b", 1, "x" * 40), Step("c", 2, "x" * 60)]
+    assert length_matched(Episode("t", tie), ["a"], ["c", "b"]) == ["c"]
+
+
+def test_refill_match_length_removes_the_length_gap(tmp_path, episodes_by_id):
+    """Negatives replace removed evidence with hard steps; matched on length, the negatives' contexts are about as
+    long as the positives' (drawn at random they are shorter: evidence runs long). Same distractor count either way."""
+    gaps = {}
+    for match in (False, True):
+        out = tmp_path / str(match)
+        SufficiencySynthesizer(_cfg(out, positive_hard_fraction=1.0, refill_match_length=match,
+                                    max_qa_per_episode=20)).run(progress=False)
+        recs = _records(out / "train.jsonl")
+        by_qa = {}
+        for r in recs:
+            by_qa.setdefault(r["qa_id"], {})[r["label"]] = r
+        pairs = [p for p in by_qa.values() if len(p) == 2]
+        gaps[match] = sum(len(p[1]["context"]) - len(p[0]["context"]) for p in pairs) / len(pairs)
+        for p in pairs:
+            ep = episodes_by_id[p[0]["episode_id"]]
+            n_missing = len(p[0]["missing_evidence"])
+            assert len(p[0]["context_step_ids"]) - len(p[0]["present_evidence"]) >= n_missing
+            if match:
+                qa = next(q for q in ep.qa if q.qa_id == p[0]["qa_id"])
+                cands = build_candidates(ep, qa, _cfg(out, positive_hard_fraction=1.0, refill_match_length=True,
+                                                      max_qa_per_episode=20),
+                                         DistractorMiner(HybridRetriever(encoder=None, dense_weight=0.0), 0.1))
+                assert cands[1] == p[0]
+    assert gaps[False] > 20, gaps  # positives longer by tens of characters on average
+    assert abs(gaps[True]) < gaps[False] / 2, gaps
