@@ -124,6 +124,8 @@ class SufficiencySynthConfig:
 CORPORA = ("locomo", "hotpotqa", "textworld", "taubench", "episodes")
 # options that only change batching / where the files go, not which records are made
 NOT_FINGERPRINTED = ("output_dir", "qa_chunk", "answer_batch_size", "resume")
+# options added after synthesis runs existed, with the behaviour those runs had (so they resume when it is kept)
+ADDED_LATER = {"refill_match_length": False}
 
 
 class SufficiencySynthesizer:
@@ -283,7 +285,7 @@ def prepare(cfg: SufficiencySynthConfig) -> Plan:
     fp = {k: v for k, v in asdict(cfg).items() if k not in NOT_FINGERPRINTED}
     fp["eval_fraction"] = fraction  # as stored before it could be unset: earlier runs stay resumable
     prepare_output(cfg.output_dir, fp, cfg.resume, resumable=["train.jsonl", "eval.jsonl", "discarded.jsonl"],
-                   derived=["stats.json", "manifest.json"], what="sufficiency synthesis")
+                   derived=["stats.json", "manifest.json"], what="sufficiency synthesis", added_later=ADDED_LATER)
     return Plan(train_eps, eval_eps, load_stats)
 
 

@@ -199,12 +199,14 @@ def fingerprint_diff(old: dict, new: dict) -> dict[str, tuple]:
 
 
 def check_run_fingerprint(output_dir: str | os.PathLike, fingerprint: dict, resuming: bool,
-                          what: str = "run", file: str = FINGERPRINT_FILE) -> None:
+                          what: str = "run", file: str = FINGERPRINT_FILE, added_later: dict | None = None) -> None:
     """Refuse to continue a run (training from a checkpoint, synthesis into existing files) with settings
     that differ from the ones it started with; otherwise (re)write the fingerprint.
 
     ``resuming`` says whether earlier work in ``output_dir`` will be reused. The error names every differing
     key, so the user either restores them or passes ``--resume never`` / a fresh ``output_dir``.
+    ``added_later``: options introduced after runs were already written, with the behaviour those runs had; a
+    stored fingerprint without such a key counts as that value (not as unset).
     """
     path = Path(output_dir) / file
     fingerprint = json.loads(json.dumps(fingerprint, default=str))  # the JSON view, as it is stored
@@ -213,6 +215,8 @@ def check_run_fingerprint(output_dir: str | os.PathLike, fingerprint: dict, resu
             old = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as err:
             raise ConfigError(f"{path}: unreadable fingerprint ({err}); remove it or pass --resume never") from None
+        if isinstance(old, dict):
+            old = {**json.loads(json.dumps(added_later or {}, default=str)), **old}
         diff = fingerprint_diff(old, fingerprint) if isinstance(old, dict) else {"<file>": (old, fingerprint)}
         if diff:
             shown = "; ".join(f"{k}: {a!r:.60} -> {b!r:.60}" for k, (a, b) in diff.items())
@@ -223,7 +227,7 @@ def check_run_fingerprint(output_dir: str | os.PathLike, fingerprint: dict, resu
 
 
 def prepare_output(output_dir: str | os.PathLike, fingerprint: dict, resume: str, resumable: list[str],
-                   derived: list[str] = (), what: str = "synthesis") -> bool:
+                   derived: list[str] = (), what: str = "synthesis", added_later: dict | None = None) -> bool:
     """Before a synthesis job writes into ``output_dir`` (with its lock held): with ``resume: never`` remove
     the earlier run's files (``resumable`` record files, ``derived`` summaries/directories and the
     fingerprint) so the run starts over; otherwise, when a non-empty ``resumable`` file exists, refuse
@@ -240,5 +244,5 @@ def prepare_output(output_dir: str | os.PathLike, fingerprint: dict, resume: str
             elif path.exists() or path.is_symlink():
                 path.unlink()
     resuming = any((out / n).is_file() and (out / n).stat().st_size > 0 for n in resumable)
-    check_run_fingerprint(out, fingerprint, resuming, what=what)
+    check_run_fingerprint(out, fingerprint, resuming, what=what, added_later=added_later)
     return resuming

@@ -204,6 +204,23 @@ def test_sufficiency_rerun_with_other_settings_is_refused_then_resume_never_star
         synth(out, corpus, "--resume", "true")
 
 
+def test_sufficiency_run_from_before_an_option_existed_resumes_with_its_old_behaviour(tmp_path, corpus):
+    """A fingerprint written before ``refill_match_length`` existed ran as ``false``: that resumes; ``true`` is refused."""
+    from routers.config import FINGERPRINT_FILE
+
+    out = tmp_path / "out"
+    synth(out, corpus, "--max_qa_per_episode", "1", "--refill_match_length", "false")
+    fp_path = out / FINGERPRINT_FILE
+    fp = json.loads(fp_path.read_text())
+    del fp["refill_match_length"]
+    fp_path.write_text(json.dumps(fp))
+    before = (out / "train.jsonl").read_text()
+    with pytest.raises(ConfigError, match=r"refill_match_length: False -> True"):
+        synth(out, corpus, "--max_qa_per_episode", "1")
+    synth(out, corpus, "--max_qa_per_episode", "1", "--refill_match_length", "false")
+    assert (out / "train.jsonl").read_text() == before
+
+
 def test_retriever_rerun_with_other_settings_is_refused(tmp_path):
     from data_synthesis.retriever import main
 
