@@ -2,8 +2,9 @@
 
 * the sample format (``SCHEMA_VERSION``, ``RECORD_FIELDS``) and :func:`read_samples`, the one validating
   reader used by the trainer, ``synth mix`` and the evaluator;
-* evidence-intervention candidates (:func:`build_candidates`): a positive with all evidence plus random and
-  hard distractors (:class:`DistractorMiner`), a negative with a decisive part of the evidence dropped;
+* evidence-intervention candidates (:func:`build_candidates`): a positive with all evidence plus hard distractors
+  (:class:`DistractorMiner`; a share random when ``positive_hard_fraction`` < 1), a negative with a decisive part of
+  the evidence dropped and refilled by hard distractors (of matching length: :func:`length_matched`);
 * retrieval-prefix candidates (:func:`build_prefix_candidate`): the top-k of the shared retrieval prefix;
 * template rationales and the answer-model / teacher conversations.
 
