@@ -65,7 +65,8 @@ def _job(recipe: str) -> str:
 # a recipe whose job differs from its folder's: `synth mix` recipes live beside the synthesis they mix
 BY_FILE = {"sufficiency/synth/mix_all.yaml": "data_synthesis.mix",
            "sufficiency/synth/mix_cpu.yaml": "data_synthesis.mix",
-           "sufficiency/synth/mix_matched.yaml": "data_synthesis.mix"}
+           "sufficiency/synth/mix_matched.yaml": "data_synthesis.mix",
+           "sufficiency/synth/mix_default.yaml": "data_synthesis.mix"}
 
 
 def _parser(recipe: str):
