@@ -176,12 +176,11 @@ def _trainer(kind: str) -> Callable:
     module = "train.sufficiency" if kind == "sufficiency" else "train.retriever"
 
     def train_in_child(argv: list[str]) -> None:
-        import subprocess
-        import sys
+        from routers.workers import run_module_in_child
 
-        done = subprocess.run([sys.executable, "-m", module, *argv], check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"{module} {' '.join(argv)} failed (exit code {done.returncode}); rerun to resume "
+        code = run_module_in_child(module, argv)  # the child ends if this process is killed: no orphan trainer
+        if code != 0:
+            raise RuntimeError(f"{module} {' '.join(argv)} failed (exit code {code}); rerun to resume "
                                "from its last checkpoint")
     return train_in_child
 

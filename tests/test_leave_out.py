@@ -141,20 +141,15 @@ def test_bad_input_fails_before_any_model(corpora, tmp_path):
 
 def test_the_default_trainer_runs_in_a_child_process(monkeypatch):
     """Training corpus after corpus in one process kept every run's memory (20 GB by the third corpus, OOM-killed):
-    the default trainer is a child process, and its failure is an error that says how to resume."""
-    import subprocess
-
+    the default trainer is a child process that ends with this one (tests/test_workers.py), and its failure is an
+    error that says how to resume."""
+    import routers.workers as W
     from eval.leave_out import _trainer
 
     calls = []
-
-    class Done:
-        def __init__(self, code):
-            self.returncode = code
-
-    monkeypatch.setattr(subprocess, "run", lambda cmd, check: calls.append(cmd) or Done(0))
+    monkeypatch.setattr(W, "run_module_in_child", lambda module, argv: calls.append([module, *argv]) or 0)
     _trainer("sufficiency")(["recipe.yaml", "--max_steps", "1"])
-    assert calls[0][1:] == ["-m", "train.sufficiency", "recipe.yaml", "--max_steps", "1"]
-    monkeypatch.setattr(subprocess, "run", lambda cmd, check: Done(3))
+    assert calls == [["train.sufficiency", "recipe.yaml", "--max_steps", "1"]]
+    monkeypatch.setattr(W, "run_module_in_child", lambda module, argv: 3)
     with pytest.raises(RuntimeError, match="exit code 3.*resume"):
         _trainer("retrieval")(["r.yaml"])

@@ -32,6 +32,20 @@ PARENT = textwrap.dedent("""
 """)
 
 
+# a parent that runs a module job in a child process (as the leave-out trains each router); the child writes its
+# pid, then sleeps
+CHILD_JOB = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
+PARENT_OF_JOB = textwrap.dedent("""
+    import subprocess, sys
+    from routers.workers import run_module_in_child
+
+    if sys.argv[2] == "watch":
+        run_module_in_child("routers_job_sleeper", [sys.argv[1]])
+    else:
+        subprocess.run([sys.executable, "-m", "routers_job_sleeper", sys.argv[1]])
+""")
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -40,11 +54,12 @@ def _alive(pid: int) -> bool:
     return state != "Z"  # a dead orphan nobody has reaped yet is a zombie
 
 
-def _orphan_after_parent_killed(tmp_path, mode: str) -> bool:
+def _orphan_after_parent_killed(tmp_path, mode: str, parent_script: str = PARENT) -> bool:
     script, pid_file = tmp_path / "parent.py", tmp_path / "worker.pid"
-    script.write_text(PARENT)
+    script.write_text(parent_script)
+    (tmp_path / "routers_job_sleeper.py").write_text(CHILD_JOB)
     root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, str(tmp_path), os.environ.get("PYTHONPATH", "")])}
     parent = subprocess.Popen([sys.executable, str(script), str(pid_file), mode], env=env)
     try:
         deadline = time.monotonic() + 60
@@ -70,6 +85,27 @@ def test_a_worker_ends_when_its_parent_is_killed(tmp_path):
 def test_without_the_watch_the_worker_outlives_its_parent(tmp_path):
     # the failure the watch prevents: a plain spawned pool worker runs on as an orphan
     assert _orphan_after_parent_killed(tmp_path, "plain")
+
+
+def test_a_module_job_in_a_child_ends_when_its_parent_is_killed(tmp_path):
+    # the leave-out's trainer child: killing the leave-out once left it training beside the rerun
+    assert not _orphan_after_parent_killed(tmp_path, "watch", PARENT_OF_JOB)
+
+
+def test_a_plain_child_process_outlives_its_parent(tmp_path):
+    assert _orphan_after_parent_killed(tmp_path, "plain", PARENT_OF_JOB)
+
+
+def test_run_module_in_child_runs_the_module_as_main_with_its_arguments(tmp_path, monkeypatch):
+    from routers.workers import run_module_in_child
+
+    (tmp_path / "routers_job_echo.py").write_text(
+        "import sys\nif __name__ == '__main__':\n    open(sys.argv[1], 'w').write(' '.join(sys.argv[2:]))\n"
+        "    sys.exit(int(sys.argv[2]))\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).resolve().parents[1]), str(tmp_path)]))
+    out = tmp_path / "argv.txt"
+    assert run_module_in_child("routers_job_echo", [str(out), "3", "--flag"]) == 3
+    assert out.read_text() == "3 --flag"
 
 
 def test_the_exploration_pool_initializer_installs_the_watch(monkeypatch):
