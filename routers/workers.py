@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     if os.getppid() != parent:  # the parent died before the watch began
         raise SystemExit(1)
     exit_with_parent(parent=parent)
-    sys.argv = [argv[0], *argv[1:]]
+    sys.argv = list(argv)  # run_module puts the module's path in argv[0]
     runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
 
 
