@@ -12,7 +12,8 @@ are named (``--corpus_files NAME=TRAIN[,HELDOUT] ...``; ``TRAIN`` may carry ``:n
    trained with the trainer's own ``main`` (``--train_recipe``, ``--train_top_layers``, ``--train_args "..."``);
 3. on C's held-out file: the base, the router without C, and the in-corpus router (``--router_in_corpus [C=]DIR``,
    optional), each scored by the ordinary evaluator into ``OUT/C/<model>/`` (its score cache makes a rerun
-   score nothing twice).
+   score nothing twice); with ``--extra_train_seeds S ...`` also the router without C at each trainer seed
+   (``OUT/C/seed<S>/``), its AUROC on C per seed, mean and std.
 
 Results: ``OUT/leave_out.json`` (per corpus, per model: AUROC / AP for the sufficiency router, Recall@5 / MRR@10
 for the retriever), ``OUT/leave_out.md`` (one row per corpus) and ``OUT/leave_out.png`` (grouped bars).
@@ -28,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from eval.leave_out_report import bar_plot, format_by_negative, format_calibration, format_table
+from eval.leave_out_report import bar_plot, format_by_negative, format_calibration, format_seeds, format_table
 from routers.io import OutputLock, atomic_write_json, atomic_write_text, read_jsonl
 from routers.logs import get_logger
 
@@ -76,6 +77,10 @@ class LeaveOutConfig:
         "help": "encoder of the surface baseline's cosines"})
     recalibration_labels: list[int] = field(default_factory=lambda: [20, 40], metadata={
         "help": "k: also recalibrate tau from k labelled samples of C (random draws), judged on the rest"})
+    extra_train_seeds: list[int] = field(default_factory=list, metadata={
+        "help": "sufficiency: also train the router without C at these trainer seeds (OUT/C/seed<S>/, `--seed S` "
+                "after --train_args) and report its AUROC on C at every seed, mean and std: one seed cannot tell the "
+                "data from the optimiser's luck. Reused on rerun, like the main router"})
     output_dir: str = "results/leave_out"
     seed: int = 0
 
@@ -192,7 +197,8 @@ def _evaluator(kind: str) -> Callable:
     return importlib.import_module(f"eval.{kind}").main
 
 
-def train_without(kind: str, cfg: LeaveOutConfig, train_file: Path, root: Path, trainer: Callable | None) -> Path:
+def train_without(kind: str, cfg: LeaveOutConfig, train_file: Path, root: Path, trainer: Callable | None,
+                  seed: int | None = None) -> Path:
     export = root / "router"
     if (export / "router_config.json").exists() or (export / "modules.json").exists():
         log.info("%s: reusing the router trained without this corpus", export)
@@ -203,8 +209,8 @@ def train_without(kind: str, cfg: LeaveOutConfig, train_file: Path, root: Path, 
             "--export_dir", str(export)]
     if cfg.train_top_layers and kind == "sufficiency":
         argv += ["--train_top_layers", str(cfg.train_top_layers)]
-    argv += shlex.split(cfg.train_args)
-    log.info("training without %s: %s", root.name, " ".join(argv))
+    argv += shlex.split(cfg.train_args) + (["--seed", str(seed)] if seed is not None else [])
+    log.info("training without %s: %s", train_file.parent.name, " ".join(argv))
     (trainer or _trainer(kind))(argv)
     return export
 
@@ -230,6 +236,24 @@ def score_sufficiency(cfg: LeaveOutConfig, held: Path, models: dict[str, str | N
                         "n_over_budget": m.get("n_over_budget"), "from_cache": m.get("timing", {}).get("from_cache"),
                         "auroc_by_negative": auroc_by_negative_kind(scored, model)}
     return out
+
+
+def score_seeds(cfg: LeaveOutConfig, held: Path, main_auroc: float | None, train_file: Path, root: Path,
+                trainer: Callable | None) -> dict:
+    """AUROC on C of the router without C at the main seed and at every ``extra_train_seeds`` (trained into
+    ``OUT/C/seed<S>/``); mean and sample std over all of them."""
+    import statistics
+
+    auroc = {"main": main_auroc}
+    for s in cfg.extra_train_seeds:
+        router = train_without("sufficiency", cfg, train_file, root / f"seed{s}", trainer, seed=s)
+        metrics = _evaluator("sufficiency")(([cfg.eval_recipe] if cfg.eval_recipe else []) + [
+            "--data", str(held), "--router", str(router), "--output_dir", str(root / f"seed{s}" / "without"),
+            "--base_model", "none"] + shlex.split(cfg.eval_args))
+        auroc[str(s)] = next(m.get("auroc") for name, m in metrics["models"].items() if name != "base")
+    vals = [v for v in auroc.values() if isinstance(v, (int, float))]
+    return {"auroc": auroc, "mean": statistics.fmean(vals) if vals else None,
+            "std": statistics.stdev(vals) if len(vals) > 1 else None, "n_seeds": len(vals)}
 
 
 def surface_of(cfg: LeaveOutConfig, held: Path, root: Path) -> dict:
@@ -341,6 +365,8 @@ def calibration_of(cfg: LeaveOutConfig, sources: dict, corpus: str, router: str,
 def run(kind: str, cfg: LeaveOutConfig, trainer: Callable | None = None) -> dict:
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if cfg.extra_train_seeds and (kind != "sufficiency" or cfg.router_without):
+        raise ValueError("--extra_train_seeds trains sufficiency routers: not with --router_without or retrieval")
     sources = corpus_sources(cfg)
     left_out = sorted(sources) if [c.lower() for c in cfg.leave_out] == ["all"] else list(cfg.leave_out)
     unknown = [c for c in left_out if c not in sources]
@@ -363,6 +389,9 @@ def run(kind: str, cfg: LeaveOutConfig, trainer: Callable | None = None) -> dict
                                 {o: _held_out(sources[o], o) for o in sources if o != corpus})
             rows[corpus] = {**score, "held_out": str(held), "train_without": {"file": str(root / "train_without.jsonl"),
                             "samples": info.get("samples")}, "models": models}
+            if kind == "sufficiency" and cfg.extra_train_seeds:
+                rows[corpus]["without_seeds"] = score_seeds(cfg, held, score.get("without", {}).get("auroc"),
+                                                            root / "train_without.jsonl", root, trainer)
             if kind == "sufficiency" and cfg.surface_baseline:
                 rows[corpus]["surface"] = surface_of(cfg, held, root)
             if kind == "sufficiency" and cfg.calibration_travel:
@@ -374,6 +403,8 @@ def run(kind: str, cfg: LeaveOutConfig, trainer: Callable | None = None) -> dict
         if chosen:
             table += "\nhybrid_without_chosen: dense weight chosen on the training corpora (mean Recall@5 there): " + \
                 "; ".join(f"{c}: {ch['dense_weight']:g} on {', '.join(ch['chosen_on'])}" for c, ch in chosen.items()) + "\n"
+        if any("without_seeds" in r for r in rows.values()):
+            table += "\nThe router without C at every trainer seed (AUROC on C):\n\n" + format_seeds(rows)
         if kind == "sufficiency" and cfg.calibration_travel:
             table += (f"\nCalibration travel (target stop-precision {cfg.target_precision}):\n\n"
                       + format_calibration(rows))

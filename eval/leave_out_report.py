@@ -55,6 +55,19 @@ def format_calibration(rows: dict) -> str:
 
 
 
+def format_seeds(rows: dict) -> str:
+    """The router without C at every trainer seed (``--extra_train_seeds``): AUROC on C, mean and sample std."""
+    seeds = list(dict.fromkeys(s for r in rows.values() for s in r.get("without_seeds", {}).get("auroc", {})))
+    lines = ["| corpus | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | std | base |",
+             "|---|" + "---|" * (len(seeds) + 3)]
+    for corpus, r in rows.items():
+        if "without_seeds" in r:
+            w = r["without_seeds"]
+            lines.append(f"| {corpus} | " + " | ".join(_f(w["auroc"].get(s)) for s in seeds) +
+                         f" | {_f(w['mean'])} | {_f(w['std'])} | {_f(r.get('base', {}).get('auroc'))} |")
+    return "\n".join(lines) + "\n"
+
+
 def format_table(kind: str, rows: dict) -> str:
     metric = METRICS[kind][0]
     cols = ["base", "without", "in_corpus"] + (RETRIEVAL_EXTRA if kind == "retrieval" else SUFFICIENCY_EXTRA)
@@ -90,6 +103,11 @@ def bar_plot(kind: str, rows: dict, path: Path) -> None:
         vals = [rows[c].get(model, {}).get(metric) for c in corpora]
         ax.bar(x + (j - (len(models) - 1) / 2) * width, [v if isinstance(v, (int, float)) else 0 for v in vals],
                width, label=model)
+        seeds = [(i, v) for i, c in enumerate(corpora) if model == "without"
+                 for v in rows[c].get("without_seeds", {}).get("auroc", {}).values() if isinstance(v, (int, float))]
+        if seeds:  # every trainer seed of the router without C, over its bar
+            ax.scatter([x[i] + (j - (len(models) - 1) / 2) * width for i, _ in seeds], [v for _, v in seeds],
+                       color="k", s=12, zorder=3, clip_on=False, label="without, each seed")
     ax.set_xticks(x, corpora)
     ax.set_ylabel(metric)
     ax.set_ylim(0, 1)

@@ -119,6 +119,37 @@ def test_leave_out_trains_without_scores_and_resumes(corpora, recipe, tiny_llama
         assert (tmp_path / "out" / name / "surface.json").stat().st_mtime_ns == stamps[name]  # not refitted
 
 
+def test_extra_train_seeds_train_score_and_resume(corpora, recipe, tiny_llama_dir, tmp_path, one_torch_thread):
+    """--extra_train_seeds: one more router without C per seed (its own folder, `--seed S` last), scored on C;
+    the spread is reported and a rerun trains nothing."""
+    import statistics
+
+    from safetensors.numpy import load_file
+
+    calls: list = []
+    argv = ["--leave_out", "gamma", "--corpus_files", *(f"{n}={p}" for n, p in corpora.items()),
+            "--train_recipe", str(recipe), "--train_args", "--seed 0", "--extra_train_seeds", "1", "2",
+            "--base_model", tiny_llama_dir, "--output_dir", str(tmp_path / "o"), "--calibration_travel", "false",
+            "--surface_baseline", "false", "--eval_args", "--min_calibration_samples 1000"]
+    row = leave_out_main(argv, kind="sufficiency", trainer=_counting(calls))["results"]["gamma"]
+    assert [c[-2:] for c in calls] == [["--seed", "0"], ["--seed", "1"], ["--seed", "2"]]
+    assert [c[c.index("--export_dir") + 1] for c in calls] == [
+        str(tmp_path / "o" / "gamma" / d / "router") for d in (".", "seed1", "seed2")]
+    weights = [load_file(str(tmp_path / "o" / "gamma" / d / "router" / "model.safetensors"))
+               for d in ("seed1", "seed2")]
+    assert any((weights[0][k] != weights[1][k]).any() for k in weights[0])  # the seed reached the trainer
+    seeds = row["without_seeds"]
+    assert list(seeds["auroc"]) == ["main", "1", "2"] and seeds["auroc"]["main"] == row["without"]["auroc"]
+    assert seeds["n_seeds"] == 3 and seeds["mean"] == statistics.fmean(seeds["auroc"].values())
+    assert seeds["std"] == statistics.stdev(seeds["auroc"].values())
+    table = (tmp_path / "o" / "leave_out.md").read_text()
+    assert "| corpus | seed main | seed 1 | seed 2 | mean | std | base |" in table
+    again = leave_out_main(argv, kind="sufficiency", trainer=_counting(calls))["results"]["gamma"]
+    assert len(calls) == 3 and again["without_seeds"] == seeds  # reused: nothing trained twice
+    with pytest.raises(ValueError, match="extra_train_seeds"):
+        leave_out_main(argv + ["--router_without", str(tmp_path / "o" / "gamma" / "router")], kind="sufficiency")
+
+
 def test_cli_dispatch_and_explicit_files(corpora, tiny_llama_dir, router_dir, tmp_path, one_torch_thread):
     """`eval sufficiency --leave_out` dispatches; --router_without skips training; --corpus_files names files."""
     argv = ["--leave_out", "gamma", "--corpus_files", *(f"{n}={p}" for n, p in corpora.items()),
