@@ -16,6 +16,7 @@ from test_automem_world import ScriptedAgent, VaultWorld, make_evaluator  # noqa
 from routers.automem import (Arch, FAILURE_MODULE, Ledger, MemorySystem, TaskResult, classify, diagnose,  # noqa: E402
                              feasible_space, first_reach, load_system, run_automem, run_random, save_system_config,
                              scope, valid, violations)
+from routers.automem.proposer import RuleProposer  # noqa: E402
 from routers.automem.trace import TraceMismatch  # noqa: E402
 from routers.memagent.protocol import MemoryProvider, Task, Trajectory, TrajectoryStep  # noqa: E402
 
@@ -230,6 +231,23 @@ def test_invalid_proposals_are_rejected_counted_and_resampled():
     assert out["rejected_invalid"] >= 2
     assert {r["arch"] for r in out["rejected"]} >= {"tip|json|graph|lightweight", "tip|vector|hybrid|json_full"}
     assert all(valid(Arch.parse(p["arch"])) for p in out["evaluations"]) and len(out["evaluations"]) == 4
+
+
+class InitOnly(RuleProposer):
+    """Proposes nothing once there is a leader: a neighbourhood that every edit has exhausted."""
+
+    def propose(self, ctx, k):
+        return self._init(ctx, k) if ctx.leader is None else []
+
+
+def test_an_exhausted_proposer_restarts_instead_of_ending_short_of_the_budget():
+    world, inner = make_evaluator(0)
+    out = run_automem(inner, world.tasks("search"), world.tasks("validation"), budget=6, k=2, seed=0,
+                      proposer=InitOnly())
+    origins = [p["origin"] for p in out["evaluations"]]
+    assert origins == ["init", "init", "restart", "restart", "restart", "restart"], origins
+    assert len({p["arch"] for p in out["evaluations"]}) == 6
+    assert all(valid(Arch.parse(p["arch"])) for p in out["evaluations"])
 
 
 def test_automem_beats_random_on_planted_problem():

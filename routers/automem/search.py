@@ -7,7 +7,8 @@
 
 ``evaluate(arch, tasks) -> list[TaskResult]`` (``routers.automem.evaluate``). The budget counts candidate
 evaluations on the search batch (the no-memory baseline and leader validations are reported separately).
-Per round: K proposals (an invalid one is rejected, counted and resampled; duplicates are resampled silently),
+Per round: K proposals (an invalid one is rejected, counted and resampled; duplicates are resampled silently; slots the
+proposer leaves empty, its leader's neighbourhood exhausted, get random restarts so the budget is always spent),
 each evaluated on the search batch (a crash is a failed candidate, kept in the trace); the observation graph
 takes each candidate's per-pattern gain; differential validation settles the ledger entries the candidates
 tested; the Pareto front (accuracy, gain, cost) names the leader, validated every ``val_every`` rounds; the
@@ -91,6 +92,22 @@ def _summary(rt: Runtime, points, base_s, base_v, extra: dict, t0: float) -> dic
             **extra}
 
 
+def _restarts(ctx: SearchContext, n: int, rng: random.Random) -> list[Proposal]:
+    """Random unevaluated architectures for the slots the proposer left empty (every edit of the leader evaluated
+    or ledger-blocked): the search jumps elsewhere instead of ending short of its budget, so the comparison with
+    random search stays at equal evaluations."""
+    out = []
+    for _ in range(max(n, 0)):
+        pool = [a for a in feasible_space() if a.key not in ctx.evaluated]
+        if not pool:
+            break
+        prop = Proposal(rng.choice(pool), "restart")
+        log.info("automem round %d: the proposer's neighbourhood is exhausted; restart at %s", ctx.round, prop.arch.key)
+        ctx.evaluated.add(prop.arch.key)
+        out.append(prop)
+    return out
+
+
 def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequence, *, budget: int = 15, k: int = 3,
                 val_every: int = 2, seed: int = 0, trace_path=None, fingerprint: dict | None = None, proposer=None,
                 diagnosis_llm=None, init: str = "random", resume: str = "auto", max_resample: int = 50,
@@ -127,7 +144,8 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
                             front=[{k2: p[k2] for k2 in ("arch", "accuracy", "gain", "cost")} for p in front],
                             ledger=ledger, graph=graph, gradient=gradient,
                             evaluated={p["arch"] for p in points}, init=init)
-        props = list(proposer.propose(ctx, min(k, budget - len(points))))[: budget - len(points)]
+        want = min(k, budget - len(points))
+        props = list(proposer.propose(ctx, want))[:want]
         final: list[Proposal] = []
         for prop in props:
             tries = 0
@@ -142,6 +160,7 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
                 prop = proposer.resample(ctx, prop, rng)
             ctx.evaluated.add(prop.arch.key)
             final.append(prop)
+        final += _restarts(ctx, want - len(final), rng)
         if not final:
             break
         failures = []
