@@ -12,6 +12,8 @@ over no memory, tokens, wall time, evaluations used, and the mean / std over see
 seed and method: every evaluated architecture, the ledger, the observation graph, gradients, validations), ``best_so_far.png`` (best search
 accuracy vs evaluations, AutoMem and random search, every seed) and ``memory_system.json`` (the best AutoMem
 architecture over seeds by validation accuracy, with its held-out metrics; ``routers.automem.load_system``).
+``--score_candidates N`` also plays the search's N best candidates held-out: does its objective predict held-out?
+(``candidates.json``, ``search_vs_heldout.png``; ``eval.automem_candidates``).
 """
 
 from __future__ import annotations
@@ -43,11 +45,19 @@ class AutomemEvalConfig(RolloutConfig):
     retriever: str | None = None
     memory_k: int = 3
     memory_words: int = 120
+    score_candidates: int = field(default=0, metadata={
+        "help": "also play the N best distinct search candidates (all seeds and methods, by search accuracy; -1: "
+                "every one) held-out and report how search / validation accuracy rank them against held-out "
+                "(candidates.json, search_vs_heldout.png; eval/automem_candidates.py); 0: off"})
+    candidate_selection: str = field(default="top", metadata={
+        "help": "top: the N best by search accuracy; spread: N evenly spaced from best to worst"})
 
     def __post_init__(self):
         super().__post_init__()
         if self.n_test is not None and self.n_test < 1:
             raise ValueError(f"n_test must be >= 1 or None, got {self.n_test}")
+        if self.candidate_selection not in ("top", "spread"):
+            raise ValueError(f"candidate_selection must be 'top' or 'spread', got {self.candidate_selection!r}")
 
 
 def read_search(search_dir) -> tuple[dict, dict]:
@@ -188,6 +198,12 @@ def run(cfg: AutomemEvalConfig, evaluator=None, env=None) -> dict:
                                                 "validations", "rejected", "rejected_invalid", "baseline", "best")}
                    for m, tr in by_method.items()} for seed, by_method in traces.items()})
         plot_best_so_far(traces, out / "best_so_far.png")
+        if cfg.score_candidates:
+            from eval.automem_candidates import score_candidates
+
+            results["candidates"] = score_candidates(
+                traces, cfg.score_candidates, lambda arch: _held_out(evaluator, arch, tasks, store), none, out,
+                cfg.candidate_selection)
         cands = [(s, r["automem"]) for s, r in results["seeds"].items() if r.get("automem")]
         if cands:
             seed, best = max(cands, key=lambda sr: (sr[1]["validation_accuracy"] or 0.0, -int(sr[0])))

@@ -297,6 +297,16 @@ def test_train_and_eval_jobs_on_the_planted_world(tmp_path, monkeypatch):
     assert "ledger" in json.loads((tmp_path / "eval" / "search_trace.json").read_text())["0"]["automem"]
     again = ev_job.main(["--search_dir", str(out), "--output_dir", str(tmp_path / "eval"), "--agent", "random"])
     assert built[-1].calls == 0 and again["seeds"] == res["seeds"]  # a rerun replays every held-out evaluation
+    every = ev_job.main(["--search_dir", str(out), "--output_dir", str(tmp_path / "eval"), "--agent", "random",
+                         "--score_candidates", "-1"])["candidates"]
+    trace = json.loads((out / "seed0" / "automem_trace.json").read_text())
+    distinct = {p["arch"] for tr in ("automem", "random")
+                for p in json.loads((out / "seed0" / f"{tr}_trace.json").read_text())["evaluations"] if not p["failed"]}
+    assert {r["arch"] for r in every["candidates"]} == distinct and every["n_candidates"] == len(distinct)
+    by_arch = {r["arch"]: r for r in every["candidates"]}
+    assert by_arch[row["automem"]["arch"]]["heldout_accuracy"] == row["automem"]["accuracy"]  # the same play
+    assert by_arch[row["automem"]["arch"]]["search_accuracy"] == trace["best"]["search_accuracy"]
+    assert (tmp_path / "eval" / "candidates.json").exists() and (tmp_path / "eval" / "search_vs_heldout.png").exists()
     # held-out tasks whose evidence only earlier (training) episodes carry: warmup_split plays those first
     test = world.tasks("test")
     world.tasks_by_split["heldout"] = [t for t in test if t.meta["kind"] == "unlock"]
@@ -447,3 +457,33 @@ def test_held_out_replay_reports_the_same_wall_time(tmp_path, monkeypatch):
     monkeypatch.setattr(evaluate_mod, "run_evaluation", lambda *a: pytest.fail("replayed evaluations are not rerun"))
     again = _held_out(None, None, tasks, EvaluationStore(tmp_path / "evaluations.jsonl", {"env": "vault"}))
     assert again == first and first["wall_s"] == 0.0005
+
+
+def test_candidate_pool_selection_and_rank_correlations():
+    from eval.automem_candidates import pooled_candidates, rank_correlations, select_candidates
+
+    def ev(arch, acc, failed=False):
+        return {"arch": arch, "accuracy": acc, "failed": failed}
+
+    traces = {"0": {"automem": {"evaluations": [ev("a", 0.5), ev("b", 0.7), ev("x", None, True)],
+                                "validations": [{"arch": "b", "accuracy": 0.4}]},
+                    "random": {"evaluations": [ev("a", 0.5), ev("c", 0.7)], "validations": []}},
+              "1": {"automem": {"evaluations": [ev("d", 0.2)], "validations": [{"arch": "c", "accuracy": 0.6}]}}}
+    rows = pooled_candidates(traces)
+    assert [(r["arch"], r["search_accuracy"], r["validation_accuracy"]) for r in rows] == [
+        ("a", 0.5, None), ("b", 0.7, 0.4), ("c", 0.7, 0.6), ("d", 0.2, None)]  # the failed one is not a candidate
+    assert rows[0]["evaluated_by"] == ["automem/seed0", "random/seed0"]
+    assert [r["arch"] for r in select_candidates(rows, 3)] == ["c", "b", "a"]  # ties: validation accuracy decides
+    assert [r["arch"] for r in select_candidates(rows, -1)] == ["c", "b", "a", "d"]
+    assert [r["arch"] for r in select_candidates(rows, 2, "spread")] == ["c", "d"]  # best and worst
+    assert [r["arch"] for r in select_candidates(rows, 1, "top", keep={"d"})] == ["c", "d"]  # a pick always
+    with pytest.raises(ValueError, match="top' or 'spread"):
+        select_candidates(rows, 2, "best")
+    for r, h in zip(rows, (0.3, 0.5, 0.4, 0.1)):
+        r["heldout_accuracy"] = h
+    c = rank_correlations(rows, "search_accuracy")  # search ranks 2, 3.5, 3.5, 1; held-out 2, 4, 3, 1
+    assert c["n"] == 4 and c["spearman"] == pytest.approx(0.9486832980505138)
+    assert rank_correlations(rows, "validation_accuracy") is None  # two pairs: too few to rank
+    rows[3]["validation_accuracy"] = 0.9
+    # validation 0.4 / 0.6 / 0.9 against held-out 0.5 / 0.4 / 0.1
+    assert rank_correlations(rows, "validation_accuracy")["spearman"] == pytest.approx(-1.0)
