@@ -77,10 +77,9 @@ def read_search(search_dir) -> tuple[dict, dict]:
 
 
 def plot_best_so_far(traces: dict, path) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from eval.plots import save_figure
+    from eval.plots import finish_and_save
 
     fig = Figure(figsize=(7, 4.5))
     ax = fig.subplots()
@@ -93,13 +92,8 @@ def plot_best_so_far(traces: dict, path) -> None:
         base = next(iter(by_method.values()))["baseline"]["search_accuracy"]
         if base is not None:
             ax.axhline(base, color="gray", linewidth=0.8, linestyle=":")
-    ax.set_xlabel("candidate evaluations")
-    ax.set_ylabel("best search-batch accuracy so far")
-    ax.set_title("AutoMem vs random search (dotted: no memory)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="x-small")
-    FigureCanvasAgg(fig)
-    save_figure(fig, path)
+    finish_and_save(fig, ax, path, "candidate evaluations", "best search-batch accuracy so far",
+                    "AutoMem vs random search (dotted: no memory)")
 
 
 def _held_out(evaluator, arch_key, tasks, store=None) -> dict:

@@ -72,10 +72,9 @@ def rank_correlations(rows: list[dict], key: str) -> dict | None:
 
 
 def plot_search_vs_heldout(rows: list[dict], none: dict, path) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from eval.plots import save_figure
+    from eval.plots import finish_and_save
 
     fig = Figure(figsize=(6.5, 4.5))
     ax = fig.subplots()
@@ -90,13 +89,8 @@ def plot_search_vs_heldout(rows: list[dict], none: dict, path) -> None:
         fig.colorbar(sc, ax=ax, label="validation accuracy")
     if none.get("accuracy") is not None:
         ax.axhline(none["accuracy"], color="gray", linewidth=0.8, linestyle=":", label="no memory (held-out)")
-    ax.set_xlabel("search-batch accuracy")
-    ax.set_ylabel("held-out accuracy")
-    ax.set_title("Does the search objective predict held-out?")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="x-small")
-    FigureCanvasAgg(fig)
-    save_figure(fig, path)
+    finish_and_save(fig, ax, path, "search-batch accuracy", "held-out accuracy",
+                    "Does the search objective predict held-out?")
 
 
 def score_candidates(traces: dict, n: int, play, none: dict, out, how: str = "top") -> dict:

@@ -20,6 +20,16 @@ from matplotlib.ticker import MaxNLocator
 from eval.metrics import N_BINS, reliability_bins
 
 
+def finish_and_save(fig: Figure, ax, path, xlabel: str, ylabel: str, title: str, legend_size="x-small") -> Path:
+    """Label ``ax`` (grid, legend) and save ``fig`` with :func:`save_figure`: the ending every line plot shares."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size)
+    return save_figure(fig, path)
+
+
 def save_figure(fig: Figure, path: str | os.PathLike, dpi: int = 120) -> Path:
     """Render ``fig`` to a PNG at ``path`` atomically (temporary file in the same folder, then renamed), with
     the permissions of any other output (umask, not owner-only); returns the path."""
