@@ -389,6 +389,43 @@ def test_final_validation_reports_the_best_on_validation_not_the_search_leader(m
         run(final_validate=0)
 
 
+def test_final_pick_rules_on_hand_built_validations():
+    from routers.automem.search import final_pick
+
+    points = [{"arch": a, "accuracy": s, "gain": 0.0, "cost": 1.0, "index": i}
+              for i, (a, s) in enumerate([("a", 0.9), ("b", 0.6), ("c", 0.7), ("d", 0.7)])]
+    vals = [{"arch": a, "accuracy": v, "search_accuracy": s, "gain": 0.0}
+            for a, v, s in [("a", 0.2, 0.9), ("b", 0.8, 0.6), ("c", 0.6, 0.7), ("d", 0.6, 0.7)]]
+    assert final_pick(vals, points, "validation")["arch"] == "b"  # 0.8
+    assert final_pick(vals, points, "search")["arch"] == "a"  # 0.9
+    assert final_pick(vals, points, "pooled")["arch"] == "b"  # means 0.55 / 0.70 / 0.65 / 0.65
+    vals[1]["accuracy"] = 0.6  # b's mean 0.60: c and d tie at 0.65 and 0.6 validation -> the earlier, c
+    assert final_pick(vals, points, "pooled")["arch"] == "c"
+    assert final_pick([], points, "search") is None
+    with pytest.raises(ValueError, match="final_select"):
+        final_pick(vals, points, "held-out")
+
+
+@pytest.mark.parametrize("method", ["automem", "random"])
+def test_final_select_picks_among_the_validated_by_its_rule(method):
+    S, V, evaluate = _rank_world()  # validation ranks architectures opposite to search
+    run = (lambda **kw: run_automem(evaluate, S, V, budget=6, k=2, seed=3, final_validate=3, **kw)) \
+        if method == "automem" else (lambda **kw: run_random(evaluate, S, V, budget=6, seed=3, final_validate=3, **kw))
+    by = {rule: run(final_select=rule) for rule in ("validation", "pooled", "search")}
+    vals = by["search"]["validations"]
+    assert by["search"]["best"]["search_accuracy"] == max(v["search_accuracy"] for v in vals)
+    assert by["validation"]["best"]["validation_accuracy"] == max(v["accuracy"] for v in vals)
+    assert by["search"]["best"]["arch"] != by["validation"]["best"]["arch"]
+    pooled = by["pooled"]["best"]
+    assert (pooled["search_accuracy"] + pooled["validation_accuracy"]) / 2 == max(
+        (v["search_accuracy"] + v["accuracy"]) / 2 for v in vals)
+    calls = []
+    with pytest.raises(ValueError, match="final_select"):
+        (run_automem if method == "automem" else run_random)(lambda a, t: calls.append(a), S, V, budget=2,
+                                                              final_select="held-out")
+    assert calls == []  # refused before any evaluation
+
+
 def test_evaluation_store_shares_identical_evaluations_across_methods_and_seeds(tmp_path):
     from routers.automem.trace import EvaluationStore
 

@@ -43,6 +43,9 @@ class AutomemTrainConfig(RolloutConfig):
     final_validate: int = field(default=3, metadata={
         "help": "at the end, both methods validate this many best candidates by search accuracy; the best on "
                 "validation is the reported (and exported) architecture"})
+    final_select: str = field(default="validation", metadata={
+        "help": "how the reported architecture is picked among the validated ones: validation (best validation "
+                "accuracy) | pooled (mean of search and validation accuracy) | search (best search accuracy)"})
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     init: str = field(default="random", metadata={"help": "round-1 candidates: random (as random search) | known "
                                                          "(human-designed systems as tuples)"})
@@ -66,6 +69,8 @@ class AutomemTrainConfig(RolloutConfig):
             int_option(self.final_validate, "final_validate"), int_option(self.memory_k, "memory_k"),
             int_option(self.memory_words, "memory_words"), (bool(self.seeds), "seeds must list at least one seed"),
             (self.init in ("random", "known"), f"init must be random or known, got {self.init!r}"),
+            (self.final_select in ("validation", "pooled", "search"),
+             f"final_select must be validation, pooled or search, got {self.final_select!r}"),
             (self.proposer in ("rule", "llm"), f"proposer must be rule or llm, got {self.proposer!r}"),
             (self.proposer == "rule" or bool(self.backend), "proposer llm needs --backend"),
             (self.export_seed is None or self.export_seed in self.seeds, "export_seed must be one of seeds")]))
@@ -143,12 +148,14 @@ def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
             a = run_automem(evaluator, search, val, budget=cfg.budget, k=cfg.k, val_every=cfg.val_every, seed=seed,
                             trace_path=d / "automem_trace.json", fingerprint=fp, proposer=proposer,
                             diagnosis_llm=llm, init=cfg.init, resume=cfg.resume,
-                            final_validate=cfg.final_validate, store=store)
+                            final_validate=cfg.final_validate, store=store,
+                            final_select=cfg.final_select)
             row = {"automem": _brief(a)}
             if cfg.random_baseline:
                 r = run_random(evaluator, search, val, budget=cfg.budget, seed=seed,
                                trace_path=d / "random_trace.json", fingerprint=fp, resume=cfg.resume,
-                               final_validate=cfg.final_validate, store=store)
+                               final_validate=cfg.final_validate, store=store,
+                               final_select=cfg.final_select)
                 row["random"] = _brief(r)
                 target = max((x for x in r["best_so_far"] if x is not None), default=None)
                 row["automem_reaches_random_best_at"] = (first_reach(a["best_so_far"], target)
