@@ -56,8 +56,10 @@ class AutomemEvalConfig(RolloutConfig):
         super().__post_init__()
         if self.n_test is not None and self.n_test < 1:
             raise ValueError(f"n_test must be >= 1 or None, got {self.n_test}")
-        if self.candidate_selection not in ("top", "spread"):
-            raise ValueError(f"candidate_selection must be 'top' or 'spread', got {self.candidate_selection!r}")
+        from eval.automem_candidates import SELECTIONS
+
+        if self.candidate_selection not in SELECTIONS:
+            raise ValueError(f"candidate_selection must be one of {SELECTIONS}, got {self.candidate_selection!r}")
 
 
 def read_search(search_dir) -> tuple[dict, dict]:
@@ -136,11 +138,20 @@ def differing_rollout_options(cfg: AutomemEvalConfig, search_dir) -> dict:
             if f.name in saved and saved[f.name] != getattr(cfg, f.name)}
 
 
+def held_out_store(cfg: AutomemEvalConfig, out, evaluator):
+    """The held-out evaluations of ``out`` (``evaluations.jsonl``), keyed by the rollout settings and the warm-up
+    tasks: a rerun, another seed's identical pick or a later script replays them instead of playing again."""
+    from routers.automem.trace import EvaluationStore
+    from train.automem import evaluation_settings
+
+    return EvaluationStore(Path(out) / "evaluations.jsonl", {**evaluation_settings(cfg), "warmup": [
+        t.task_id for t in getattr(evaluator, "warmup", ())]})
+
+
 def run(cfg: AutomemEvalConfig, evaluator=None, env=None) -> dict:
     from routers.automem.system import save_system_config
-    from routers.automem.trace import EvaluationStore
     from routers.memagent.rollout import env_tasks
-    from train.automem import build_evaluator, evaluation_settings
+    from train.automem import build_evaluator
 
     summary, traces = read_search(cfg.search_dir)
     diff = differing_rollout_options(cfg, cfg.search_dir)
@@ -161,8 +172,7 @@ def run(cfg: AutomemEvalConfig, evaluator=None, env=None) -> dict:
                      "options_differing_from_search": {k: list(v) for k, v in diff.items()}}
     with OutputLock(out):
         save_resolved_config(out, cfg)
-        store = EvaluationStore(out / "evaluations.jsonl", {**evaluation_settings(cfg), "warmup": [
-            t.task_id for t in getattr(evaluator, "warmup", ())]})
+        store = held_out_store(cfg, out, evaluator)
         none = _held_out(evaluator, None, tasks, store)
         for seed, by_method in traces.items():
             row = {"no_memory": none}

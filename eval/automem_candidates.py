@@ -17,6 +17,7 @@ from routers.io import atomic_write_json
 from routers.logs import get_logger
 
 log = get_logger(__name__)
+SELECTIONS = ("top", "spread")
 
 
 def pooled_candidates(traces: dict) -> list[dict]:
@@ -42,7 +43,7 @@ def select_candidates(rows: list[dict], n: int, how: str = "top", keep=()) -> li
     best (the pool a search picks from), ``'spread'`` ``n`` evenly spaced ranks from best to worst (the whole range:
     does the objective predict held-out at all?); ``n < 0``: all. Architectures in ``keep`` (the reported picks)
     are always included."""
-    if how not in ("top", "spread"):
+    if how not in SELECTIONS:
         raise ValueError(f"candidate selection must be 'top' or 'spread', got {how!r}")
     ranked = sorted(rows, key=lambda r: (-r["search_accuracy"], -(r["validation_accuracy"] if r[
         "validation_accuracy"] is not None else -1.0), r["arch"]))
@@ -52,7 +53,8 @@ def select_candidates(rows: list[dict], n: int, how: str = "top", keep=()) -> li
         picked = set(range(n))
     else:
         picked = {round(i * (len(ranked) - 1) / (n - 1)) for i in range(n)}
-    return [r for i, r in enumerate(ranked) if i in picked or r["arch"] in set(keep)]
+    keep = set(keep)
+    return [r for i, r in enumerate(ranked) if i in picked or r["arch"] in keep]
 
 
 def rank_correlations(rows: list[dict], key: str) -> dict | None:

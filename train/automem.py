@@ -62,6 +62,8 @@ class AutomemTrainConfig(RolloutConfig):
     resume: str = "auto"
 
     def __post_init__(self):
+        from routers.automem.search import FINAL_SELECT
+
         super().__post_init__()
         raise_option_problems(option_problems([
             int_option(self.n_search, "n_search"), int_option(self.n_val, "n_val"), int_option(self.budget, "budget"),
@@ -69,8 +71,8 @@ class AutomemTrainConfig(RolloutConfig):
             int_option(self.final_validate, "final_validate"), int_option(self.memory_k, "memory_k"),
             int_option(self.memory_words, "memory_words"), (bool(self.seeds), "seeds must list at least one seed"),
             (self.init in ("random", "known"), f"init must be random or known, got {self.init!r}"),
-            (self.final_select in ("validation", "pooled", "search"),
-             f"final_select must be validation, pooled or search, got {self.final_select!r}"),
+            (self.final_select in FINAL_SELECT,
+             f"final_select must be one of {FINAL_SELECT}, got {self.final_select!r}"),
             (self.proposer in ("rule", "llm"), f"proposer must be rule or llm, got {self.proposer!r}"),
             (self.proposer == "rule" or bool(self.backend), "proposer llm needs --backend"),
             (self.export_seed is None or self.export_seed in self.seeds, "export_seed must be one of seeds")]))

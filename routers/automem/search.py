@@ -74,13 +74,17 @@ def _validate_top(rt: Runtime, points: list[dict], m: int, validations: list[dic
 FINAL_SELECT = ("validation", "pooled", "search")
 
 
+def check_final_select(select: str) -> None:
+    if select not in FINAL_SELECT:
+        raise ValueError(f"final_select must be one of {FINAL_SELECT}, got {select!r}")
+
+
 def final_pick(validations: list[dict], points: list[dict], select: str = "validation") -> dict | None:
     """The reported architecture among the validated ones. ``validation``: best validation accuracy (then search);
     ``pooled``: best mean of search and validation accuracy (two estimates, equal weight; then validation);
     ``search``: best search accuracy (then validation). Ties go to the earlier validation. On the persistent-world
     suite the choice alone moved a method's held-out mean by 5-8 points (configs/automem/README.md)."""
-    if select not in FINAL_SELECT:
-        raise ValueError(f"final_select must be one of {FINAL_SELECT}, got {select!r}")
+    check_final_select(select)
     ok = [v for v in validations if v["accuracy"] is not None]
     if not ok:
         return None
@@ -130,7 +134,7 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
                 final_validate: int = 3, store=None, final_select: str = "validation") -> dict:
     if budget < 1 or k < 1 or val_every < 1 or final_validate < 1:
         raise ValueError("budget, k, val_every and final_validate must be >= 1")
-    final_pick([], [], final_select)  # an unknown rule fails before any evaluation
+    check_final_select(final_select)  # an unknown rule fails before any evaluation
     t0 = time.perf_counter()
     fp = {"method": "automem", "budget": budget, "k": k, "val_every": val_every, "seed": seed, "init": init,
           "search_tasks": [t.task_id for t in search_tasks], "val_tasks": [t.task_id for t in val_tasks],
@@ -228,7 +232,7 @@ def run_random(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequence
     (then cost) validated at the end, as AutoMem's."""
     if budget < 1 or final_validate < 1:
         raise ValueError("budget and final_validate must be >= 1")
-    final_pick([], [], final_select)
+    check_final_select(final_select)
     t0 = time.perf_counter()
     fp = {"method": "random", "budget": budget, "seed": seed, "search_tasks": [t.task_id for t in search_tasks],
           "val_tasks": [t.task_id for t in val_tasks], "final_validate": final_validate, **(fingerprint or {})}

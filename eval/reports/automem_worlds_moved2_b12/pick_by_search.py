@@ -13,13 +13,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eval.automem import AutomemEvalConfig, _held_out, read_search
+from eval.automem import AutomemEvalConfig, _held_out, held_out_store, read_search
 from routers.automem.ledger import leader, pareto_front
-from routers.automem.trace import EvaluationStore
 from routers.config import parse_config
 from routers.io import atomic_write_json
 from routers.memagent.rollout import env_tasks
-from train.automem import build_evaluator, evaluation_settings
+from train.automem import build_evaluator
 
 HERE = Path(__file__).parent
 SEARCH, EVAL = "outputs/automem_moved2_b12/search", "outputs/automem_moved2_b12/eval"
@@ -35,8 +34,7 @@ def main() -> dict:
     env, evaluator = build_evaluator(cfg)
     tasks = env_tasks(env, cfg.test_split)
     evaluator.warmup = env_tasks(env, cfg.warmup_split)
-    store = EvaluationStore(Path(EVAL) / "evaluations.jsonl", {**evaluation_settings(cfg), "warmup": [
-        t.task_id for t in evaluator.warmup]})
+    store = held_out_store(cfg, EVAL, evaluator)
     none = _held_out(evaluator, None, tasks, store)["accuracy"]
     out = {"no_memory": none, "seeds": {}}
     for seed, by_method in traces.items():
