@@ -7,23 +7,26 @@ best, per seed, on the test split; the search traces; the best-so-far plot; the 
 Reads ``search_dir`` (``memroute train automem``'s output: ``summary.json``, ``seed<S>/*_trace.json``), plays
 the first ``n_test`` tasks of ``test_split`` (memory accumulates in task order, from empty) with each system
 and writes into ``output_dir``: ``evaluations.jsonl`` (each distinct system's held-out evaluation, played
-once: a rerun or another seed's identical architecture replays it), ``results.json`` (per seed: accuracy, gain
-over no memory, tokens, wall time, evaluations used, and the mean / std over seeds), ``search_trace.json`` (per
-seed and method: every evaluated architecture, the ledger, the observation graph, gradients, validations), ``best_so_far.png`` (best search
-accuracy vs evaluations, AutoMem and random search, every seed) and ``memory_system.json`` (the best AutoMem
-architecture over seeds by validation accuracy, with its held-out metrics; ``routers.automem.load_system``).
+once: a rerun or another seed's identical architecture replays it), ``results.json`` (per seed: accuracy, also
+per task family (``task_family``), gain over no memory, tokens, wall time, evaluations used, and the mean / std
+over seeds), ``search_trace.json`` (per seed and method: every evaluated architecture, the ledger, the
+observation graph, gradients, validations), ``best_so_far.png`` (best search accuracy vs evaluations, AutoMem and
+random search, every seed) and ``memory_system.json`` (the best AutoMem architecture over seeds by validation
+accuracy, with its held-out metrics; ``routers.automem.load_system``).
 ``--score_candidates N`` also plays the search's N best candidates held-out: does its objective predict held-out?
-(``candidates.json``, ``search_vs_heldout.png``; ``eval.automem_candidates``).
+(``candidates.json``, ``search_vs_heldout.png``; ``eval.automem_candidates``). ``--compare_final_select true``
+plays each trace's pick under every ``--final_select`` rule held-out: does the comparison survive the pick rule?
+(``final_select.json``, ``final_select.png``; ``eval.automem_picks``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eval.automem_picks import mean_std
 from routers.config import make_arg_parser, parse_config, save_resolved_config
 from routers.io import OutputLock, atomic_write_json
 from routers.logs import get_logger, setup_cli_logging
@@ -51,6 +54,9 @@ class AutomemEvalConfig(RolloutConfig):
                 "(candidates.json, search_vs_heldout.png; eval/automem_candidates.py); 0: off"})
     candidate_selection: str = field(default="top", metadata={
         "help": "top: the N best by search accuracy; spread: N evenly spaced from best to worst"})
+    compare_final_select: bool = field(default=False, metadata={
+        "help": "also play every trace's pick under each final_select rule (validation, pooled, search) held-out "
+                "and compare the methods per rule (final_select.json, final_select.png; eval/automem_picks.py)"})
 
     def __post_init__(self):
         super().__post_init__()
@@ -98,6 +104,28 @@ def plot_best_so_far(traces: dict, path) -> None:
                     "AutoMem vs random search (dotted: no memory)")
 
 
+def task_family(task) -> str:
+    """The family a held-out task reports under: on the persistent-world suite ``fetch`` (seen world, new goal),
+    ``moved`` (changed world) or ``unseen`` (unseen world; ``routers.memagent.worlds_probe.task_kind``); elsewhere
+    the task's ``kind`` metadata, or ``all``. Memory can only help where it holds the evidence (seen worlds), so
+    a system's gain is read per family: a whole-set gain can come from a family no memory speaks to."""
+    meta = task.meta or {}
+    if "world_id" in meta and "sibling" in meta:
+        from routers.memagent.worlds_probe import task_kind
+
+        return task_kind(task)
+    return str(meta.get("kind", "all"))
+
+
+def accuracy_by_family(results, tasks) -> dict:
+    """``{family: {"accuracy", "n"}}`` of per-task results (``TaskResult``) over ``tasks``, families sorted."""
+    family = {t.task_id: task_family(t) for t in tasks}
+    by: dict[str, list[float]] = {}
+    for r in results:
+        by.setdefault(family.get(r.task_id, "all"), []).append(float(r.success))
+    return {k: {"accuracy": sum(v) / len(v), "n": len(v)} for k, v in sorted(by.items())}
+
+
 def _held_out(evaluator, arch_key, tasks, store=None) -> dict:
     """One system on the held-out tasks; ``store`` replays an architecture already played (another seed's or
     method's best, the same no-memory baseline) and what a killed evaluation had finished."""
@@ -113,14 +141,7 @@ def _held_out(evaluator, arch_key, tasks, store=None) -> dict:
     # wall time as the store keeps it (4 decimals): a replay then reports the very number the first run did
     # (rounding 0.00049 s to 3 decimals gave 0.0, its stored 0.0005 gave 0.001)
     return {"arch": arch_key, "accuracy": ev.accuracy, "tokens": ev.tokens, "failed": ev.failed, "error": ev.error,
-            "wall_s": ev.to_dict()["seconds"], "n": len(ev.results)}
-
-
-def _mean_std(xs):
-    xs = [x for x in xs if x is not None]
-    if not xs:
-        return None
-    return {"mean": statistics.fmean(xs), "std": statistics.pstdev(xs) if len(xs) > 1 else 0.0, "n": len(xs)}
+            "wall_s": ev.to_dict()["seconds"], "n": len(ev.results), "by_family": accuracy_by_family(ev.results, tasks)}
 
 
 def differing_rollout_options(cfg: AutomemEvalConfig, search_dir) -> dict:
@@ -193,9 +214,12 @@ def run(cfg: AutomemEvalConfig, evaluator=None, env=None) -> dict:
             log.info("seed %s: no memory %.3f | automem %s | random %s", seed, none["accuracy"] or 0.0,
                      (row.get("automem") or {}).get("accuracy"), (row.get("random") or {}).get("accuracy"))
         rows = list(results["seeds"].values())
-        results["aggregate"] = {m: _mean_std([(r.get(m) or {}).get("accuracy") for r in rows])
+        results["aggregate"] = {m: mean_std([(r.get(m) or {}).get("accuracy") for r in rows])
                                 for m in ("no_memory", "automem", "random")}
-        results["aggregate"]["automem_gain"] = _mean_std([(r.get("automem") or {}).get("gain") for r in rows])
+        results["aggregate"]["automem_gain"] = mean_std([(r.get("automem") or {}).get("gain") for r in rows])
+        results["aggregate"]["by_family"] = {
+            m: {f: mean_std([((r.get(m) or {}).get("by_family") or {}).get(f, {}).get("accuracy") for r in rows])
+                for f in none["by_family"]} for m in ("no_memory", "automem", "random")}
         atomic_write_json(out / "results.json", results)
         atomic_write_json(out / "search_trace.json", {
             seed: {m: {k: tr.get(k) for k in ("evaluations", "best_so_far", "ledger", "graph", "gradients",
@@ -208,6 +232,11 @@ def run(cfg: AutomemEvalConfig, evaluator=None, env=None) -> dict:
             results["candidates"] = score_candidates(
                 traces, cfg.score_candidates, lambda arch: _held_out(evaluator, arch, tasks, store), none, out,
                 cfg.candidate_selection)
+        if cfg.compare_final_select:
+            from eval.automem_picks import compare_final_select
+
+            results["final_select"] = compare_final_select(
+                traces, lambda arch: _held_out(evaluator, arch, tasks, store), none, out)["rules"]
         cands = [(s, r["automem"]) for s, r in results["seeds"].items() if r.get("automem")]
         if cands:
             seed, best = max(cands, key=lambda sr: (sr[1]["validation_accuracy"] or 0.0, -int(sr[0])))

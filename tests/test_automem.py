@@ -292,6 +292,12 @@ def test_train_and_eval_jobs_on_the_planted_world(tmp_path, monkeypatch):
     row = res["seeds"]["0"]
     assert row["no_memory"]["accuracy"] is not None and row["automem"]["accuracy"] is not None
     assert row["random"]["accuracy"] is not None
+    for system in row.values():  # per-family accuracy: the vault's scout / unlock tasks, weighted back to the whole
+        fam = system["by_family"]
+        assert set(fam) == {"scout", "unlock"} and sum(f["n"] for f in fam.values()) == system["n"]
+        assert sum(f["accuracy"] * f["n"] for f in fam.values()) / system["n"] == pytest.approx(system["accuracy"])
+    assert res["aggregate"]["by_family"]["automem"]["unlock"]["mean"] == row["automem"]["by_family"]["unlock"][
+        "accuracy"]
     for f in ("results.json", "search_trace.json", "best_so_far.png", "memory_system.json"):
         assert (tmp_path / "eval" / f).stat().st_size > 0
     assert "ledger" in json.loads((tmp_path / "eval" / "search_trace.json").read_text())["0"]["automem"]
@@ -307,6 +313,16 @@ def test_train_and_eval_jobs_on_the_planted_world(tmp_path, monkeypatch):
     assert by_arch[row["automem"]["arch"]]["heldout_accuracy"] == row["automem"]["accuracy"]  # the same play
     assert by_arch[row["automem"]["arch"]]["search_accuracy"] == trace["best"]["search_accuracy"]
     assert (tmp_path / "eval" / "candidates.json").exists() and (tmp_path / "eval" / "search_vs_heldout.png").exists()
+    rules = ev_job.main(["--search_dir", str(out), "--output_dir", str(tmp_path / "eval"), "--agent", "random",
+                         "--compare_final_select", "true"])["final_select"]
+    assert set(rules) == {"validation", "pooled", "search"} and (tmp_path / "eval" / "final_select.png").exists()
+    for m in ("automem", "random"):  # the search ran with the default rule: its row is the main result's play
+        pick = rules["validation"]["seeds"]["0"][m]
+        assert pick["arch"] == row[m]["arch"] and pick["heldout_accuracy"] == row[m]["accuracy"]
+        best_search = max(v["search_accuracy"] for v in json.loads(
+            (out / "seed0" / f"{m}_trace.json").read_text())["validations"])
+        assert rules["search"]["seeds"]["0"][m]["search_accuracy"] == best_search
+        assert pick["heldout_by_family"] == row[m]["by_family"]
     # held-out tasks whose evidence only earlier (training) episodes carry: warmup_split plays those first
     test = world.tasks("test")
     world.tasks_by_split["heldout"] = [t for t in test if t.meta["kind"] == "unlock"]
@@ -524,3 +540,65 @@ def test_candidate_pool_selection_and_rank_correlations():
     rows[3]["validation_accuracy"] = 0.9
     # validation 0.4 / 0.6 / 0.9 against held-out 0.5 / 0.4 / 0.1
     assert rank_correlations(rows, "validation_accuracy")["spearman"] == pytest.approx(-1.0)
+
+
+def test_pick_rule_comparison_on_hand_built_traces(tmp_path):
+    from eval.automem_picks import compare_final_select, picks_by_rule
+
+    def trace(vals):  # (arch, search, validation) per validated candidate
+        return {"evaluations": [{"arch": a, "accuracy": s, "gain": 0.0, "cost": 1.0, "index": i}
+                                for i, (a, s, _) in enumerate(vals)],
+                "validations": [{"arch": a, "accuracy": v, "search_accuracy": s, "gain": 0.0} for a, s, v in vals]}
+
+    traces = {"0": {"automem": trace([("a", 0.9, 0.2), ("b", 0.6, 0.8)]), "random": trace([("c", 0.7, 0.6)])},
+              "1": {"automem": trace([("d", 0.5, 0.5)]), "random": trace([("a", 0.8, 0.4), ("e", 0.4, 0.7)])}}
+    by_rule = picks_by_rule(traces)
+    assert {r: [by_rule[r][s][m]["arch"] for s in ("0", "1") for m in ("automem", "random")] for r in by_rule} == {
+        "validation": ["b", "c", "d", "e"], "pooled": ["b", "c", "d", "a"], "search": ["a", "c", "d", "a"]}
+    held = {"a": 0.5, "b": 0.3, "c": 0.4, "d": 0.2, "e": 0.1}
+    played = []
+    rep = compare_final_select(traces, lambda a: played.append(a) or {"accuracy": held[a], "failed": False},
+                               {"accuracy": 0.25}, tmp_path)
+    assert sorted(played) == ["a", "b", "c", "d", "e"]  # each distinct pick played once, whatever the rules
+    v, s = rep["rules"]["validation"]["summary"], rep["rules"]["search"]["summary"]
+    # validation: automem 0.3 / 0.2 vs random 0.4 / 0.1; search: automem 0.5 / 0.2 vs random 0.4 / 0.5
+    assert v["heldout"]["automem"]["mean"] == pytest.approx(0.25) == v["heldout"]["random"]["mean"]
+    assert (v["n_seeds"], v["automem_ge_random"], v["automem_gt_random"], v["automem_gain_ge_10"]) == (2, 1, 1, 0)
+    assert (s["automem_ge_random"], s["automem_gt_random"], s["automem_gain_ge_10"]) == (1, 1, 1)
+    assert s["heldout"]["random"] == {"mean": pytest.approx(0.45), "std": pytest.approx(0.05), "n": 2}
+    assert json.loads((tmp_path / "final_select.json").read_text())["distinct_picks"] == 5
+    assert (tmp_path / "final_select.png").stat().st_size > 0
+
+
+def test_candidate_report_judges_search_on_the_validated_rows_too(tmp_path):
+    from eval.automem_candidates import score_candidates
+
+    def tr(evals, vals):
+        return {"evaluations": [{"arch": a, "accuracy": s, "failed": False} for a, s in evals],
+                "validations": [{"arch": a, "accuracy": v} for a, v in vals], "best": None}
+
+    traces = {"0": {"automem": tr([("a", 0.9), ("b", 0.7), ("c", 0.6), ("d", 0.3)], [("b", 0.4), ("c", 0.6)]),
+                    "random": tr([("e", 0.5), ("f", 0.2)], [("e", 0.9)])}}
+    held = {"a": 0.2, "b": 0.5, "c": 0.4, "d": 0.3, "e": 0.1, "f": 0.6}
+    rep = score_candidates(traces, -1, lambda a: {"accuracy": held[a], "tokens": 1, "failed": False},
+                           {"accuracy": 0.25}, tmp_path)
+    assert rep["search_vs_heldout"]["n"] == 6
+    assert rep["search_vs_heldout"]["spearman"] == pytest.approx(-0.3142857142857143)
+    on_validated = rep["search_vs_heldout_validated"]  # b, c, e: search 0.7 / 0.6 / 0.5 vs held-out 0.5 / 0.4 / 0.1
+    assert on_validated["n"] == 3 and on_validated["spearman"] == pytest.approx(1.0)
+    assert rep["validation_vs_heldout"]["spearman"] == pytest.approx(-1.0)  # 0.4 / 0.6 / 0.9 on the same rows
+
+
+def test_task_family_reads_the_world_suites_kinds_and_falls_back_to_kind():
+    from eval.automem import accuracy_by_family, task_family
+
+    tasks = [Task("w0-fetch-a", "g", "heldout", {"world_id": "w0", "family": "fetch", "sibling": "w0-fetch-z"}),
+             Task("w0-moved-b", "g", "heldout", {"world_id": "w0", "family": "moved", "sibling": None}),
+             Task("w9-fetch-c", "g", "heldout", {"world_id": "w9", "family": "fetch", "sibling": None}),
+             Task("w9-fetch-d", "g", "heldout", {"world_id": "w9", "family": "fetch", "sibling": None}),
+             Task("v-unlock-r1", "g", "test", {"kind": "unlock"}), Task("plain", "g", "test", {})]
+    assert [task_family(t) for t in tasks] == ["fetch", "moved", "unseen", "unseen", "unlock", "all"]
+    results = [TaskResult(t.task_id, ok) for t, ok in zip(tasks, (True, False, True, False, True, True))]
+    assert accuracy_by_family(results, tasks) == {
+        "all": {"accuracy": 1.0, "n": 1}, "fetch": {"accuracy": 1.0, "n": 1}, "moved": {"accuracy": 0.0, "n": 1},
+        "unlock": {"accuracy": 1.0, "n": 1}, "unseen": {"accuracy": 0.5, "n": 2}}
