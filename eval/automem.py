@@ -9,10 +9,10 @@ the first ``n_test`` tasks of ``test_split`` (memory accumulates in task order, 
 and writes into ``output_dir``: ``evaluations.jsonl`` (each distinct system's held-out evaluation, played
 once: a rerun or another seed's identical architecture replays it), ``results.json`` (per seed: accuracy, also
 per task family (``task_family``), gain over no memory, tokens, wall time, evaluations used, and the mean / std
-over seeds), ``search_trace.json`` (per seed and method: every evaluated architecture, the ledger, the
-observation graph, gradients, validations), ``best_so_far.png`` (best search accuracy vs evaluations, AutoMem and
-random search, every seed) and ``memory_system.json`` (the best AutoMem architecture over seeds by validation
-accuracy, with its held-out metrics; ``routers.automem.load_system``).
+over seeds), ``heldout_by_family.png``, ``search_trace.json`` (per seed and method: every evaluated architecture,
+the ledger, the observation graph, gradients, validations), ``best_so_far.png`` (best search accuracy vs
+evaluations, AutoMem and random search, every seed) and ``memory_system.json`` (the best AutoMem architecture
+over seeds by validation accuracy, with its held-out metrics; ``routers.automem.load_system``).
 ``--score_candidates N`` also plays the search's N best candidates held-out: does its objective predict held-out?
 (``candidates.json``, ``search_vs_heldout.png``; ``eval.automem_candidates``). ``--compare_final_select true``
 plays each trace's pick under every ``--final_select`` rule held-out: does the comparison survive the pick rule?
@@ -102,6 +102,28 @@ def plot_best_so_far(traces: dict, path) -> None:
             ax.axhline(base, color="gray", linewidth=0.8, linestyle=":")
     finish_and_save(fig, ax, path, "candidate evaluations", "best search-batch accuracy so far",
                     "AutoMem vs random search (dotted: no memory)")
+
+
+def plot_by_family(by_family: dict, path) -> None:
+    """Held-out accuracy per task family (mean over seeds, std as error bars) for no memory, AutoMem and random
+    search: where the architectures gain and where memory hurts."""
+    from matplotlib.figure import Figure
+
+    from eval.plots import finish_and_save
+
+    fig = Figure(figsize=(6.5, 4.5))
+    ax = fig.subplots()
+    systems = [m for m in ("no_memory", "automem", "random") if by_family.get(m)]
+    families = list(by_family[systems[0]]) if systems else []
+    width = 0.8 / max(1, len(systems))
+    colors = {"no_memory": "tab:gray", "automem": "tab:blue", "random": "tab:orange"}
+    for j, m in enumerate(systems):
+        stats = [by_family[m].get(f) or {"mean": 0.0, "std": 0.0} for f in families]
+        ax.bar([i + (j - (len(systems) - 1) / 2) * width for i in range(len(families))], [s["mean"] for s in stats],
+               width, yerr=[s["std"] for s in stats], capsize=3, color=colors[m], label=m.replace("_", " "))
+    ax.set_xticks(range(len(families)), families)
+    finish_and_save(fig, ax, path, "held-out task family", "held-out accuracy (mean over seeds; bars: std)",
+                    "Where memory architectures gain and hurt")
 
 
 def task_family(task) -> str:
@@ -226,6 +248,7 @@ def run(cfg: AutomemEvalConfig, evaluator=None, env=None) -> dict:
                                                 "validations", "rejected", "rejected_invalid", "baseline", "best")}
                    for m, tr in by_method.items()} for seed, by_method in traces.items()})
         plot_best_so_far(traces, out / "best_so_far.png")
+        plot_by_family(results["aggregate"]["by_family"], out / "heldout_by_family.png")
         if cfg.score_candidates:
             from eval.automem_candidates import score_candidates
 

@@ -298,7 +298,7 @@ def test_train_and_eval_jobs_on_the_planted_world(tmp_path, monkeypatch):
         assert sum(f["accuracy"] * f["n"] for f in fam.values()) / system["n"] == pytest.approx(system["accuracy"])
     assert res["aggregate"]["by_family"]["automem"]["unlock"]["mean"] == row["automem"]["by_family"]["unlock"][
         "accuracy"]
-    for f in ("results.json", "search_trace.json", "best_so_far.png", "memory_system.json"):
+    for f in ("results.json", "search_trace.json", "best_so_far.png", "memory_system.json", "heldout_by_family.png"):
         assert (tmp_path / "eval" / f).stat().st_size > 0
     assert "ledger" in json.loads((tmp_path / "eval" / "search_trace.json").read_text())["0"]["automem"]
     again = ev_job.main(["--search_dir", str(out), "--output_dir", str(tmp_path / "eval"), "--agent", "random"])
