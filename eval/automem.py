@@ -8,11 +8,12 @@ Reads ``search_dir`` (``memroute train automem``'s output: ``summary.json``, ``s
 the first ``n_test`` tasks of ``test_split`` (memory accumulates in task order, from empty) with each system
 and writes into ``output_dir``: ``evaluations.jsonl`` (each distinct system's held-out evaluation, played
 once: a rerun or another seed's identical architecture replays it), ``results.json`` (per seed: accuracy, also
-per task family (``task_family``), gain over no memory, tokens, wall time, evaluations used, and the mean / std
-over seeds), ``heldout_by_family.png``, ``search_trace.json`` (per seed and method: every evaluated architecture,
-the ledger, the observation graph, gradients, validations), ``best_so_far.png`` (best search accuracy vs
-evaluations, AutoMem and random search, every seed) and ``memory_system.json`` (the best AutoMem architecture
-over seeds by validation accuracy, with its held-out metrics; ``routers.automem.load_system``).
+per task family (``task_family``), gain over no memory, tokens, wall time, evaluations used; the mean / std over
+seeds; ``comparison``: AutoMem vs random search paired over seeds; ``reach_random_best``: evaluations to random
+search's final best), ``heldout_by_family.png``, ``search_trace.json`` (per seed and method: every evaluated
+architecture, the ledger, the observation graph, gradients, validations), ``best_so_far.png`` (best search
+accuracy vs evaluations, AutoMem and random search, every seed) and ``memory_system.json`` (the best AutoMem
+architecture over seeds by validation accuracy, with its held-out metrics; ``routers.automem.load_system``).
 ``--score_candidates N`` also plays the search's N best candidates held-out: does its objective predict held-out?
 (``candidates.json``, ``search_vs_heldout.png``; ``eval.automem_candidates``). ``--compare_final_select true``
 plays each trace's pick under every ``--final_select`` rule held-out: does the comparison survive the pick rule?
@@ -26,7 +27,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eval.automem_picks import mean_std
+from eval.automem_picks import mean_std, summarize_rule
 from routers.config import make_arg_parser, parse_config, save_resolved_config
 from routers.io import OutputLock, atomic_write_json
 from routers.logs import get_logger, setup_cli_logging
@@ -124,6 +125,27 @@ def plot_by_family(by_family: dict, path) -> None:
     ax.set_xticks(range(len(families)), families)
     finish_and_save(fig, ax, path, "held-out task family", "held-out accuracy (mean over seeds; bars: std)",
                     "Where memory architectures gain and hurt")
+
+
+def evaluations_to_reach(curve: list, target: float | None) -> int | None:
+    """1-based index of the first evaluation whose best-so-far accuracy reaches ``target`` (None: never)."""
+    if target is None:
+        return None
+    return next((i + 1 for i, y in enumerate(curve) if y is not None and y >= target - 1e-9), None)
+
+
+def reach_random_best(traces: dict) -> dict:
+    """Issue 20's speed target per seed: evaluations each method needed to reach random search's final best search
+    accuracy, and over seeds how often AutoMem got there in fewer / as many / more (or never)."""
+    seeds = {}
+    for seed, by in traces.items():
+        if "automem" in by and "random" in by:
+            target = max((y for y in by["random"]["best_so_far"] if y is not None), default=None)
+            seeds[seed] = {"random_final_best": target, **{m: evaluations_to_reach(by[m]["best_so_far"], target)
+                                                          for m in ("automem", "random")}}
+    a_r = [(r["automem"], r["random"]) for r in seeds.values() if r["random"] is not None]
+    return {"seeds": seeds, "fewer": sum(a is not None and a < r for a, r in a_r),
+            "same": sum(a == r for a, r in a_r), "more_or_never": sum(a is None or a > r for a, r in a_r)}
 
 
 def task_family(task) -> str:
@@ -242,6 +264,12 @@ def run(cfg: AutomemEvalConfig, evaluator=None, env=None) -> dict:
         results["aggregate"]["by_family"] = {
             m: {f: mean_std([((r.get(m) or {}).get("by_family") or {}).get(f, {}).get("accuracy") for r in rows])
                 for f in none["by_family"]} for m in ("no_memory", "automem", "random")}
+        results["comparison"] = summarize_rule({seed: {m: {"heldout_accuracy": (r.get(m) or {}).get("accuracy")}
+                                                      for m in ("automem", "random")}
+                                               for seed, r in results["seeds"].items()}, none["accuracy"])
+        results["reach_random_best"] = reach_random_best(traces)
+        log.info("AutoMem vs random search: %s; evaluations to random's best: %s", results["comparison"],
+                 {k: v for k, v in results["reach_random_best"].items() if k != "seeds"})
         atomic_write_json(out / "results.json", results)
         atomic_write_json(out / "search_trace.json", {
             seed: {m: {k: tr.get(k) for k in ("evaluations", "best_so_far", "ledger", "graph", "gradients",

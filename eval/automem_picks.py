@@ -7,7 +7,8 @@ little unless it holds under every rule. ``memroute eval automem ... --compare_f
 trace's pick under each rule from the validations it recorded (no search evaluation is replayed or added), plays
 the distinct picks held-out (the evaluation store replays what was played) and writes ``final_select.json`` (per
 rule: each seed's picks with search / validation / held-out accuracy; per method the mean and std over seeds; on
-how many seeds AutoMem >= / > random search and >= +10 points over no memory) and ``final_select.png``.
+how many seeds AutoMem >= / > random search and >= +10 points over no memory; the paired difference and a sign
+test) and ``final_select.png``. ``summarize_rule`` also gives the main held-out result its comparison.
 """
 
 from __future__ import annotations
@@ -42,12 +43,19 @@ def picks_by_rule(traces: dict) -> dict:
 def summarize_rule(seeds: dict, none_accuracy: float | None) -> dict:
     """Per method the held-out mean / std over seeds, and the issue's per-seed comparisons (seeds where both
     methods have a held-out accuracy)."""
+    from scipy.stats import binomtest
+
     acc = {m: [(row.get(m) or {}).get("heldout_accuracy") for row in seeds.values()] for m in METHODS}
     both = [(a, r) for a, r in zip(acc["automem"], acc["random"]) if a is not None and r is not None]
     gains = [a - none_accuracy for a in acc["automem"] if a is not None and none_accuracy is not None]
+    wins, losses = sum(a > r for a, r in both), sum(a < r for a, r in both)
     return {"heldout": {m: mean_std(acc[m]) for m in METHODS}, "n_seeds": len(both),
-            "automem_ge_random": sum(a >= r for a, r in both), "automem_gt_random": sum(a > r for a, r in both),
-            "automem_gain_ge_10": sum(g >= TARGET_GAIN - 1e-9 for g in gains)}
+            "automem_ge_random": sum(a >= r for a, r in both), "automem_gt_random": wins,
+            "automem_gain_ge_10": sum(g >= TARGET_GAIN - 1e-9 for g in gains),
+            # paired over seeds; the sign test ignores ties: is "AutoMem wins more seeds than it loses" chance?
+            "automem_minus_random": mean_std([a - r for a, r in both]),
+            "wins_ties_losses": [wins, len(both) - wins - losses, losses],
+            "sign_test_p": binomtest(wins, wins + losses).pvalue if wins + losses else None}
 
 
 def plot_rules(report: dict, path) -> None:

@@ -566,6 +566,8 @@ def test_pick_rule_comparison_on_hand_built_traces(tmp_path):
     assert (v["n_seeds"], v["automem_ge_random"], v["automem_gt_random"], v["automem_gain_ge_10"]) == (2, 1, 1, 0)
     assert (s["automem_ge_random"], s["automem_gt_random"], s["automem_gain_ge_10"]) == (1, 1, 1)
     assert s["heldout"]["random"] == {"mean": pytest.approx(0.45), "std": pytest.approx(0.05), "n": 2}
+    assert v["wins_ties_losses"] == [1, 0, 1] and v["sign_test_p"] == pytest.approx(1.0)
+    assert s["automem_minus_random"]["mean"] == pytest.approx(-0.1)  # (0.5 - 0.4 + 0.2 - 0.5) / 2
     assert json.loads((tmp_path / "final_select.json").read_text())["distinct_picks"] == 5
     assert (tmp_path / "final_select.png").stat().st_size > 0
 
@@ -602,3 +604,50 @@ def test_task_family_reads_the_world_suites_kinds_and_falls_back_to_kind():
     assert accuracy_by_family(results, tasks) == {
         "all": {"accuracy": 1.0, "n": 1}, "fetch": {"accuracy": 1.0, "n": 1}, "moved": {"accuracy": 0.0, "n": 1},
         "unlock": {"accuracy": 1.0, "n": 1}, "unseen": {"accuracy": 0.5, "n": 2}}
+
+
+def test_evaluations_to_reach_random_searchs_best():
+    from eval.automem import evaluations_to_reach, reach_random_best
+
+    assert evaluations_to_reach([None, 0.4, 0.6, 0.6], 0.6) == 3 and evaluations_to_reach([0.4], 0.6) is None
+    assert evaluations_to_reach([0.6000000001, 0.7], 0.6) == 1 and evaluations_to_reach([0.5], None) is None
+    traces = {"0": {"automem": {"best_so_far": [0.5, 0.7, 0.7]}, "random": {"best_so_far": [0.4, 0.4, 0.6]}},
+              "1": {"automem": {"best_so_far": [0.5, 0.5, 0.5]}, "random": {"best_so_far": [0.5, 0.6, 0.6]}},
+              "2": {"automem": {"best_so_far": [0.3, 0.6, 0.6]}, "random": {"best_so_far": [0.2, 0.6, 0.6]}},
+              "3": {"automem": {"best_so_far": [0.5]}}}  # one method only: not compared
+    r = reach_random_best(traces)
+    assert r["seeds"]["0"] == {"random_final_best": 0.6, "automem": 2, "random": 3}
+    assert r["seeds"]["1"]["automem"] is None and set(r["seeds"]) == {"0", "1", "2"}
+    assert (r["fewer"], r["same"], r["more_or_never"]) == (1, 1, 1)
+
+
+def test_held_out_results_compare_the_methods_over_seeds(tmp_path, monkeypatch):
+    """results.json pairs AutoMem with random search per seed (wins / ties / losses, sign test) and counts the
+    evaluations each needed to reach random search's final best."""
+    import eval.automem as ev_job
+    import train.automem as tr_job
+
+    world = VaultWorld(0)
+    world.tasks_by_split["train"] = world.tasks("search") + world.tasks("validation")
+    world.tasks_by_split["heldout"] = world.tasks("test")
+
+    def fake_build(cfg, env=None):
+        from routers.automem.evaluate import RolloutEvaluator
+
+        return world, RolloutEvaluator(world, ScriptedAgent(), encoder=HashEncoder(64), max_steps=3, max_words=60)
+
+    monkeypatch.setattr(tr_job, "build_evaluator", fake_build)
+    out = tmp_path / "search"
+    tr_job.main(["--output_dir", str(out), "--n_search", "15", "--n_val", "15", "--budget", "4", "--seeds", "0", "1",
+                 "--agent", "random"])
+    res = ev_job.main(["--search_dir", str(out), "--output_dir", str(tmp_path / "eval"), "--agent", "random"])
+    acc = {s: (row["automem"]["accuracy"], row["random"]["accuracy"]) for s, row in res["seeds"].items()}
+    c = res["comparison"]
+    assert c["n_seeds"] == 2 and sum(c["wins_ties_losses"]) == 2
+    assert c["wins_ties_losses"][0] == sum(a > r for a, r in acc.values())
+    assert c["automem_minus_random"]["mean"] == pytest.approx(sum(a - r for a, r in acc.values()) / 2)
+    reach = res["reach_random_best"]
+    assert set(reach["seeds"]) == {"0", "1"} and reach["fewer"] + reach["same"] + reach["more_or_never"] == 2
+    for seed, r in reach["seeds"].items():
+        trace = json.loads((out / f"seed{seed}" / "random_trace.json").read_text())
+        assert r["random_final_best"] == max(y for y in trace["best_so_far"] if y is not None)
