@@ -651,3 +651,32 @@ def test_held_out_results_compare_the_methods_over_seeds(tmp_path, monkeypatch):
     for seed, r in reach["seeds"].items():
         trace = json.loads((out / f"seed{seed}" / "random_trace.json").read_text())
         assert r["random_final_best"] == max(y for y in trace["best_so_far"] if y is not None)
+
+
+def test_stagnation_gives_one_slot_per_round_to_a_restart_until_the_best_improves(tmp_path):
+    """On a plateau (one-module edits tie the leader) ``stagnation=1`` spends one slot of every round after a round
+    without a better search accuracy on a random restart; ``0`` (the default) never does. A better candidate
+    resets the count."""
+    S, V = [Task(f"s-{i}", "fetch") for i in range(4)], [Task(f"v-{i}", "fetch") for i in range(4)]
+    special: set[str] = set()
+
+    def evaluate(arch, tasks):  # every architecture 2 of 4, except any in ``special`` (4 of 4)
+        lv = 0 if arch is None else 4 if arch.key in special else 2
+        return [TaskResult(t.task_id, i < lv, tokens=10) for i, t in enumerate(tasks)]
+
+    off = run_automem(evaluate, S, V, budget=10, k=2, seed=0)
+    assert all(p["origin"] != "stagnation" for p in off["evaluations"]) and len(off["evaluations"]) == 10
+    on = run_automem(evaluate, S, V, budget=10, k=2, seed=0, stagnation=1)
+    by_round = {}
+    for p in on["evaluations"]:
+        by_round.setdefault(p["round"], []).append(p["origin"])
+    assert [rnd.count("stagnation") for _, rnd in sorted(by_round.items())] == [0, 0, 1, 1, 1], by_round
+    assert len(on["evaluations"]) == 10 and all(valid(Arch.parse(p["arch"])) for p in on["evaluations"])
+    # round 3's restart finds a better architecture: round 4 goes back to edits only, round 5 restarts again
+    special.add(next(p["arch"] for p in on["evaluations"] if p["round"] == 3 and p["origin"] == "stagnation"))
+    found = run_automem(evaluate, S, V, budget=10, k=2, seed=0, stagnation=1)
+    assert [sum(p["origin"] == "stagnation" for p in found["evaluations"] if p["round"] == r)
+            for r in (3, 4, 5)] == [1, 0, 1]
+    assert max(p["accuracy"] for p in found["evaluations"]) == 1.0
+    with pytest.raises(ValueError, match="stagnation"):
+        run_automem(evaluate, S, V, budget=2, stagnation=-1)

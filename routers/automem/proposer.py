@@ -26,7 +26,7 @@ from routers.automem.space import (ENCODE, KNOWN_SYSTEMS, MENU, MODULES, Arch, a
 @dataclass
 class Proposal:
     arch: Arch
-    origin: str                      # init | gradient | principle | explore | resample | llm
+    origin: str                      # init | gradient | principle | explore | resample | llm | restart | stagnation
     parent: str | None = None        # the leader's key the edit was applied to
     edit: list | None = None         # [module, option]
     entry_id: str | None = None      # the ledger entry this proposal tests

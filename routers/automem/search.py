@@ -12,7 +12,9 @@ proposer leaves empty, its leader's neighbourhood exhausted, get random restarts
 each evaluated on the search batch (a crash is a failed candidate, kept in the trace); the observation graph
 takes each candidate's per-pattern gain; differential validation settles the ledger entries the candidates
 tested; the Pareto front (accuracy, gain, cost) names the leader, validated every ``val_every`` rounds; the
-round's failures are diagnosed into the next textual gradient. At the end both methods validate their
+round's failures are diagnosed into the next textual gradient. ``stagnation=N`` (0: off, the default): once the best
+search accuracy has not improved for N rounds, one slot per round goes to a random restart (iterated local search:
+one-module edits of a plateau's leader tend to tie it). At the end both methods validate their
 ``final_validate`` best candidates by search accuracy (then cost) and report the best on validation (``final_select``:
 or by pooled or search accuracy): a search-batch leader that does not carry over loses to a runner-up that does.
 Everything is in the trace JSON, written after every evaluation; rerunning resumes from it without re-evaluating
@@ -112,17 +114,19 @@ def _summary(rt: Runtime, points, base_s, base_v, extra: dict, t0: float) -> dic
             **extra}
 
 
-def _restarts(ctx: SearchContext, n: int, rng: random.Random) -> list[Proposal]:
+def _restarts(ctx: SearchContext, n: int, rng: random.Random, origin: str = "restart") -> list[Proposal]:
     """Random unevaluated architectures for the slots the proposer left empty (every edit of the leader evaluated
     or ledger-blocked): the search jumps elsewhere instead of ending short of its budget, so the comparison with
-    random search stays at equal evaluations."""
+    random search stays at equal evaluations. ``origin="stagnation"``: a slot given up because the best search
+    accuracy has not improved for ``stagnation`` rounds (one-module edits of a plateau's leader tie it)."""
     out = []
     for _ in range(max(n, 0)):
         pool = [a for a in feasible_space() if a.key not in ctx.evaluated]
         if not pool:
             break
-        prop = Proposal(rng.choice(pool), "restart")
-        log.info("automem round %d: the proposer's neighbourhood is exhausted; restart at %s", ctx.round, prop.arch.key)
+        prop = Proposal(rng.choice(pool), origin)
+        log.info("automem round %d: %s; restart at %s", ctx.round, "no better search accuracy for a while"
+                 if origin == "stagnation" else "the proposer's neighbourhood is exhausted", prop.arch.key)
         ctx.evaluated.add(prop.arch.key)
         out.append(prop)
     return out
@@ -131,14 +135,17 @@ def _restarts(ctx: SearchContext, n: int, rng: random.Random) -> list[Proposal]:
 def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequence, *, budget: int = 15, k: int = 3,
                 val_every: int = 2, seed: int = 0, trace_path=None, fingerprint: dict | None = None, proposer=None,
                 diagnosis_llm=None, init: str = "random", resume: str = "auto", max_resample: int = 50,
-                final_validate: int = 3, store=None, final_select: str = "validation") -> dict:
+                final_validate: int = 3, store=None, final_select: str = "validation", stagnation: int = 0) -> dict:
     if budget < 1 or k < 1 or val_every < 1 or final_validate < 1:
         raise ValueError("budget, k, val_every and final_validate must be >= 1")
+    if stagnation < 0:
+        raise ValueError(f"stagnation must be >= 0 (0: off), got {stagnation}")
     check_final_select(final_select)  # an unknown rule fails before any evaluation
     t0 = time.perf_counter()
     fp = {"method": "automem", "budget": budget, "k": k, "val_every": val_every, "seed": seed, "init": init,
           "search_tasks": [t.task_id for t in search_tasks], "val_tasks": [t.task_id for t in val_tasks],
-          "proposer": getattr(proposer, "name", "rule"), "final_validate": final_validate, **(fingerprint or {})}
+          "proposer": getattr(proposer, "name", "rule"), "final_validate": final_validate,
+          **({"stagnation": stagnation} if stagnation else {}), **(fingerprint or {})}
     rt = Runtime(evaluate, trace_path, fp, "automem", resume, store)
     proposer = proposer or RuleProposer()
     rng = random.Random(seed)
@@ -148,6 +155,7 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
     points: list[dict] = []
     validations, gradients, rejected = [], [], []
     gradient, lead_key, round_ = None, None, 0
+    best_acc, stale = None, 0  # best search accuracy so far; rounds since it last improved
 
     def state() -> dict:
         return _summary(rt, points, base_s, base_v, {
@@ -166,7 +174,8 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
                             ledger=ledger, graph=graph, gradient=gradient,
                             evaluated={p["arch"] for p in points}, init=init)
         want = min(k, budget - len(points))
-        props = list(proposer.propose(ctx, want))[:want]
+        n_stag = 1 if stagnation and stale >= stagnation else 0
+        props = list(proposer.propose(ctx, want - n_stag))[:want - n_stag]
         final: list[Proposal] = []
         for prop in props:
             tries = 0
@@ -181,6 +190,7 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
                 prop = proposer.resample(ctx, prop, rng)
             ctx.evaluated.add(prop.arch.key)
             final.append(prop)
+        final += _restarts(ctx, n_stag, rng, "stagnation") if n_stag else []
         final += _restarts(ctx, want - len(final), rng)
         if not final:
             break
@@ -208,6 +218,9 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
                     ledger.propose("any task pattern", [module, opt], {"round": round_, "mean_gain": mean,
                                                                         "n": n}, kind="dead_end")
         ok = [p for p in points if not p["failed"]]
+        round_best = max((p["accuracy"] for p in ok), default=None)
+        better = round_best is not None and (best_acc is None or round_best > best_acc + 1e-9)
+        best_acc, stale = (round_best, 0) if better else (best_acc, stale + 1)
         lead = leader(pareto_front(ok))
         lead_key = lead["arch"] if lead else None
         if lead and (round_ % val_every == 0 or len(points) >= budget) \
