@@ -86,6 +86,9 @@ def read_search(search_dir) -> tuple[dict, dict]:
 
 
 def plot_best_so_far(traces: dict, path) -> None:
+    """Best search accuracy vs evaluations: every seed thin, the mean over seeds bold (where seeds' curves overlap,
+    the mean says which method gets there first)."""
+    import numpy as np
     from matplotlib.figure import Figure
 
     from eval.plots import finish_and_save
@@ -93,14 +96,23 @@ def plot_best_so_far(traces: dict, path) -> None:
     fig = Figure(figsize=(7, 4.5))
     ax = fig.subplots()
     colors = {"automem": "tab:blue", "random": "tab:orange"}
+    curves: dict[str, list] = {}
     for seed, by_method in traces.items():
         for method, tr in by_method.items():
             ys = [y if y is not None else float("nan") for y in tr["best_so_far"]]
-            ax.plot(range(1, len(ys) + 1), ys, marker=".", color=colors[method], alpha=0.8,
-                    label=f"{method} seed {seed}", linestyle="-" if method == "automem" else "--")
+            curves.setdefault(method, []).append(ys)
+            ax.plot(range(1, len(ys) + 1), ys, color=colors[method], alpha=0.3, linewidth=0.9,
+                    label=f"{method}, each seed" if len(curves[method]) == 1 else None,
+                    linestyle="-" if method == "automem" else "--")
         base = next(iter(by_method.values()))["baseline"]["search_accuracy"]
         if base is not None:
             ax.axhline(base, color="gray", linewidth=0.8, linestyle=":")
+    for method, ys in curves.items():
+        n = min(len(y) for y in ys)
+        if n:
+            mean = np.nanmean(np.array([y[:n] for y in ys], dtype=float), axis=0)
+            ax.plot(range(1, n + 1), mean, marker="o", color=colors[method], linewidth=2.2,
+                    label=f"{method}, mean of {len(ys)} seeds", linestyle="-" if method == "automem" else "--")
     finish_and_save(fig, ax, path, "candidate evaluations", "best search-batch accuracy so far",
                     "AutoMem vs random search (dotted: no memory)")
 
