@@ -141,9 +141,9 @@ def plot_by_family(by_family: dict, path) -> None:
 
 def evaluations_to_reach(curve: list, target: float | None) -> int | None:
     """1-based index of the first evaluation whose best-so-far accuracy reaches ``target`` (None: never)."""
-    if target is None:
-        return None
-    return next((i + 1 for i, y in enumerate(curve) if y is not None and y >= target - 1e-9), None)
+    from routers.automem.trace import first_reach
+
+    return None if target is None else first_reach(curve, target)
 
 
 def reach_random_best(traces: dict) -> dict:

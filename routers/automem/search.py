@@ -190,7 +190,7 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
                 prop = proposer.resample(ctx, prop, rng)
             ctx.evaluated.add(prop.arch.key)
             final.append(prop)
-        final += _restarts(ctx, n_stag, rng, "stagnation") if n_stag else []
+        final += _restarts(ctx, n_stag, rng, "stagnation")
         final += _restarts(ctx, want - len(final), rng)
         if not final:
             break
