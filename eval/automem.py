@@ -36,6 +36,11 @@ from routers.memagent.rollout import RolloutConfig
 log = get_logger(__name__)
 
 
+# the memory-system options a search and its held-out evaluation both set, with the value a config that predates
+# the option ran with (a search resolved before guards existed ran without them)
+MEMORY_OPTIONS = {"memory_llm": None, "retriever": None, "memory_k": 3, "memory_words": 120, "memory_guards": False}
+
+
 @dataclass
 class AutomemEvalConfig(RolloutConfig):
     search_dir: str = "outputs/automem/search"
@@ -49,6 +54,9 @@ class AutomemEvalConfig(RolloutConfig):
     retriever: str | None = None
     memory_k: int = 3
     memory_words: int = 120
+    memory_guards: bool = field(default=True, metadata={
+        "help": "the injection judge's avoid_when guards (as in memroute train automem); false replays the "
+                "search's picks without them (the ablation)"})
     score_candidates: int = field(default=0, metadata={
         "help": "also play the N best distinct search candidates (all seeds and methods, by search accuracy; -1: "
                 "every one) held-out and report how search / validation accuracy rank them against held-out "
@@ -201,8 +209,9 @@ def _held_out(evaluator, arch_key, tasks, store=None) -> dict:
 
 
 def differing_rollout_options(cfg: AutomemEvalConfig, search_dir) -> dict:
-    """Environment / agent / provider options (``RolloutConfig``) this evaluation sets differently from the
-    search's ``resolved_config.yaml``: ``{name: (search, eval)}`` (empty when the search saved none)."""
+    """Environment / agent / provider options (``RolloutConfig``) and memory-system options this evaluation sets
+    differently from the search's ``resolved_config.yaml``: ``{name: (search, eval)}`` (empty when the search saved
+    none; a memory option the search's config predates counts at its default)."""
     from dataclasses import fields
 
     from routers.config import load_yaml
@@ -211,8 +220,9 @@ def differing_rollout_options(cfg: AutomemEvalConfig, search_dir) -> dict:
     if not path.exists():
         return {}
     saved = load_yaml(path)
-    return {f.name: (saved[f.name], getattr(cfg, f.name)) for f in fields(RolloutConfig)
-            if f.name in saved and saved[f.name] != getattr(cfg, f.name)}
+    names = [f.name for f in fields(RolloutConfig)] + list(MEMORY_OPTIONS)
+    return {n: (saved.get(n, MEMORY_OPTIONS.get(n)), getattr(cfg, n)) for n in names
+            if (n in saved or n in MEMORY_OPTIONS) and saved.get(n, MEMORY_OPTIONS.get(n)) != getattr(cfg, n)}
 
 
 def held_out_store(cfg: AutomemEvalConfig, out, evaluator):
@@ -305,6 +315,7 @@ def run(cfg: AutomemEvalConfig, evaluator=None, env=None) -> dict:
             seed, best = max(cands, key=lambda sr: (sr[1]["validation_accuracy"] or 0.0, -int(sr[0])))
             save_system_config(out / "memory_system.json", best["arch"], encoder=cfg.encoder, llm=cfg.memory_llm,
                                retriever=cfg.retriever, k=cfg.memory_k, max_words=cfg.memory_words,
+                               guards=cfg.memory_guards,
                                metrics={"seed": seed, "test_accuracy": best["accuracy"], "test_gain": best["gain"],
                                         "validation_accuracy": best["validation_accuracy"]})
     return results

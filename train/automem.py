@@ -60,6 +60,9 @@ class AutomemTrainConfig(RolloutConfig):
                                                           "contrastive retrieval"})
     memory_k: int = field(default=3, metadata={"help": "units retrieved per task"})
     memory_words: int = field(default=120, metadata={"help": "max injected memory words"})
+    memory_guards: bool = field(default=True, metadata={
+        "help": "the injection judge withholds a unit whose avoid_when the goal triggers (the goal places an item "
+                "the unit's task sought elsewhere: routers/automem/guards.py); false: the judge before guards"})
     random_baseline: bool = True
     export_seed: int | None = None
     resume: str = "auto"
@@ -121,7 +124,8 @@ def build_evaluator(cfg, env=None, agent=None):
 
         llm = make_backend(cfg.memory_llm)
     return env, RolloutEvaluator(env, agent, encoder=as_encoder(encoder), llm=llm, max_steps=cfg.max_steps,
-                                 count_tokens=token_counter(agent), k=cfg.memory_k, max_words=cfg.memory_words)
+                                 count_tokens=token_counter(agent), k=cfg.memory_k, max_words=cfg.memory_words,
+                                 guards=cfg.memory_guards)
 
 
 def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
@@ -141,7 +145,8 @@ def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
         llm = make_backend(cfg.backend)
     out = Path(cfg.output_dir)
     fp = {"env": cfg.env, "agent": cfg.agent, "agent_model": cfg.agent_model, "memory_llm": cfg.memory_llm,
-          "retriever": cfg.retriever, "memory_k": cfg.memory_k, "memory_words": cfg.memory_words}
+          "retriever": cfg.retriever, "memory_k": cfg.memory_k, "memory_words": cfg.memory_words,
+          "memory_guards": cfg.memory_guards}
     summary = {"schema_version": 1, "config": asdict(cfg), "seeds": {}}
     with OutputLock(out):
         save_resolved_config(out, cfg)
@@ -174,7 +179,7 @@ def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
         if best:
             save_system_config(out / "memory_system.json", best["arch"], encoder=cfg.encoder, llm=cfg.memory_llm,
                                retriever=cfg.retriever, metrics={"seed": export_seed, **best},
-                               k=cfg.memory_k, max_words=cfg.memory_words)
+                               k=cfg.memory_k, max_words=cfg.memory_words, guards=cfg.memory_guards)
         summary["export"] = str(out / "memory_system.json") if best else None
         atomic_write_json(out / "summary.json", summary)
     return summary
@@ -186,7 +191,8 @@ def evaluation_settings(cfg) -> dict:
     ``cfg``: the search's or the held-out evaluation's config (both carry these fields)."""
     keep = {f.name for f in fields(RolloutConfig)} - {"torch_threads"}
     return {**{k: v for k, v in asdict(cfg).items() if k in keep}, "memory_llm": cfg.memory_llm,
-            "retriever": cfg.retriever, "memory_k": cfg.memory_k, "memory_words": cfg.memory_words}
+            "retriever": cfg.retriever, "memory_k": cfg.memory_k, "memory_words": cfg.memory_words,
+            "memory_guards": cfg.memory_guards}
 
 
 def _brief(trace: dict) -> dict:

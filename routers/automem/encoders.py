@@ -4,7 +4,8 @@ Five unit types -- ``tip`` (transferable heuristic), ``insight`` (root cause of 
 (grounded action-observation trace), ``workflow`` (generalized template with ``<PLACEHOLDER>`` slots) and
 ``shortcut`` (parameterized macro with an input schema). Rule-based by default; with an LLM (anything with the
 ``routers.backends`` ``generate`` interface) each type is written by one prompt and falls back to the rule
-when the answer is empty. Every unit carries ``use_when`` (the source task's pattern) for the injection judge.
+when the answer is empty. Every unit carries ``use_when`` (the source task's pattern) and ``avoid_when`` (where
+its task's sought items were: ``routers.automem.guards``) for the injection judge.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from routers.automem.guards import location_facts
 from routers.memagent.protocol import Trajectory
 from routers.memagent.providers.text_limits import action_sequence, limit_words, render_trajectory
 
@@ -126,6 +128,8 @@ class Encoder:
 
     def __call__(self, traj: Trajectory) -> list[Unit]:
         pattern = task_pattern(traj.task)
+        actions = [s.action for s in traj.steps] if traj.success else []  # a failed take is no fact
+        avoid_when = [[item, where] for item, where in location_facts(traj.task.goal, *actions).items()]
         out = []
         for kind in self.kinds:
             units = RULES[kind](traj)
@@ -135,6 +139,7 @@ class Encoder:
                     units = [Unit(kind, units[0].key, text, dict(units[0].meta, writer="llm"))]
             for u in units:
                 u.meta.setdefault("use_when", pattern)
+                u.meta.setdefault("avoid_when", avoid_when)
                 u.meta.setdefault("outcome", "success" if traj.success else "failure")
             out.extend(units)
         return out

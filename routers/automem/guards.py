@@ -1,0 +1,57 @@
+"""``avoid_when`` guards (seed 003 appendix B.5: every unit carries use_when / avoid_when guards, checked at
+injection time): what a unit assumes about where the things its task sought were, and the check that withholds
+it when the current goal says otherwise.
+
+A unit written from "find the brass key in the oak chest ..." (or whose trajectory ran ``take brass key from oak
+chest``) assumes the brass key is in the oak chest. A later goal "find the brass key in the cupboard ..." places
+the same item elsewhere: the unit's route is stale for that goal, and injecting it sends the agent down it. The
+rule reads only *sought-item* locations -- a finding verb (find / take / get / fetch / bring / retrieve / grab /
+pick up) with ``the X in / from / inside / on / under the Y`` -- so a shared fixture ("the table in the hall")
+is not a fact that conflicts across worlds, and a different item in the same place is no conflict (its route is
+exactly what a sibling task needs).
+
+    location_facts("In Elm, find the brass key in the oak chest and put it on the table in the hall.")
+    # {'brass key': 'oak chest'}
+    conflicts([["brass key", "oak chest"]], {"brass key": "cupboard"})   # [('brass key', 'oak chest', 'cupboard')]
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Mapping
+
+_PHRASE = r"[a-z][a-z0-9'\-]*(?: [a-z][a-z0-9'\-]*){0,3}?"
+_VERB = r"(?:find|take|get|fetch|bring|retrieve|grab|pick up|collect)"
+_PREP = r"(?:in|from|inside|on|under|out of)"
+_STOP = r"(?= and\b| then\b| to\b| for\b| in\b| on\b| at\b| with\b|[,.;:!?\n]|$)"
+_SOUGHT = re.compile(rf"\b{_VERB} (?:the |a |an )?({_PHRASE}) {_PREP} (?:the |a |an )?({_PHRASE}){_STOP}",
+                     re.IGNORECASE)
+_ARTICLE = re.compile(r"^(?:the|a|an) ")
+
+
+def _norm(phrase: str) -> str:
+    return _ARTICLE.sub("", " ".join(phrase.lower().split()))
+
+
+def location_facts(*texts: str) -> dict[str, str]:
+    """Sought item -> where the text places it, over ``texts`` in order (a later mention wins)."""
+    out: dict[str, str] = {}
+    for text in texts:
+        for m in _SOUGHT.finditer(text or ""):
+            item, where = _norm(m.group(1)), _norm(m.group(2))
+            if item and where and item != where:
+                out[item] = where
+    return out
+
+
+def conflicts(assumed: Iterable | None, goal_facts: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """``(item, assumed place, goal's place)`` for every item the unit places elsewhere than the goal does
+    (``assumed``: the unit's ``avoid_when`` pairs)."""
+    goal = {_norm(k): _norm(v) for k, v in goal_facts.items()}
+    out = []
+    for pair in assumed or ():
+        item, where = _norm(str(pair[0])), _norm(str(pair[1]))
+        now = goal.get(item)
+        if now is not None and now != where:
+            out.append((item, where, now))
+    return out

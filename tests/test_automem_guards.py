@@ -1,0 +1,90 @@
+"""avoid_when guards: the facts a unit carries, the conflicts the injection judge withholds, and the option that
+switches them through the exported config and the jobs' settings."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from memagent_provider_fakes import HashEncoder  # noqa: E402
+
+from routers.automem import Arch, MemorySystem, load_system, save_system_config  # noqa: E402
+from routers.automem.guards import conflicts, location_facts  # noqa: E402
+from routers.memagent.protocol import Task, Trajectory, TrajectoryStep  # noqa: E402
+
+OLD = "In Elm, find the brass key in the oak chest and put it on the table in the hall."
+MOVED = "In Elm, find the brass key in the cupboard and put it on the table in the hall."
+SIBLING = "In Elm, find the red cup in the oak chest and put it on the table in the hall."
+ARCH = Arch(("trajectory",), "hybrid", "hybrid", "lightweight")
+
+
+def _traj(goal, actions, ok=True):
+    steps = [TrajectoryStep(i, f"You did {a}.", a) for i, a in enumerate(actions)]
+    return Trajectory(task=Task(f"t-{goal}", goal), steps=steps, success=ok)
+
+
+def test_location_facts_read_sought_items_not_fixtures():
+    assert location_facts(OLD) == {"brass key": "oak chest"}      # "the table in the hall" is no sought item
+    assert location_facts(MOVED) == {"brass key": "cupboard"}
+    assert location_facts("take brass key from oak chest") == {"brass key": "oak chest"}
+    assert location_facts("Get the map from a drawer, then go north.") == {"map": "drawer"}
+    assert location_facts("find the key in the box in the attic") == {"key": "box"}
+    assert location_facts(OLD, "take brass key from cupboard") == {"brass key": "cupboard"}   # later wins
+    assert location_facts("go north", "") == {}
+
+
+def test_conflicts_name_the_item_and_both_places():
+    assert conflicts([["brass key", "oak chest"]], {"brass key": "cupboard"}) == [("brass key", "oak chest",
+                                                                                   "cupboard")]
+    assert conflicts([["brass key", "oak chest"]], {"brass key": "Oak  Chest"}) == []
+    assert conflicts([["brass key", "oak chest"]], {"red cup": "oak chest"}) == []
+    assert conflicts(None, {"brass key": "cupboard"}) == [] and conflicts([["a", "b"]], {}) == []
+
+
+def test_units_carry_avoid_when_from_goal_and_successful_actions():
+    mem = MemorySystem(ARCH, encoder=HashEncoder(32))
+    mem.store(_traj(OLD, ["go east", "take brass key from oak chest"]))
+    mem.store(_traj("find the lamp in the crate", ["take lamp from shelf"], ok=False))   # a failed take: no fact
+    units = list(mem.items_by_id().values())
+    assert [u.meta["avoid_when"] for u in units] == [[["brass key", "oak chest"]], [["lamp", "crate"]]]
+
+
+@pytest.mark.parametrize("guards", [True, False])
+def test_the_judge_withholds_a_unit_the_goal_contradicts(guards):
+    mem = MemorySystem(ARCH, encoder=HashEncoder(32), guards=guards)
+    mem.store(_traj(OLD, ["go east", "take brass key from oak chest", "go west", "put brass key on table"]))
+    (uid,) = mem.items_by_id()
+    moved = mem.retrieve(MOVED)
+    assert mem.last_trace["stale"] == ([uid] if guards else [])
+    assert (moved.text == "") is guards and moved.item_ids == ([] if guards else [uid])
+    sibling = mem.retrieve(SIBLING)                  # same chest, another item: the route is what it needs
+    assert sibling.item_ids == [uid] and "take brass key from oak chest" in sibling.text
+    assert mem.last_trace["stale"] == []
+
+
+def test_guards_travel_with_the_exported_config(tmp_path):
+    save_system_config(tmp_path / "memory_system.json", ARCH, guards=False)
+    assert load_system(tmp_path / "memory_system.json", encoder=HashEncoder(32)).guards is False
+    assert load_system(tmp_path / "memory_system.json", encoder=HashEncoder(32), guards=True).guards is True
+    save_system_config(tmp_path / "default.json", ARCH)
+    assert load_system(tmp_path / "default.json", encoder=HashEncoder(32)).guards is True
+
+
+def test_guards_are_part_of_the_evaluation_key_and_differ_from_an_older_search(tmp_path):
+    from eval.automem import AutomemEvalConfig, differing_rollout_options
+    import yaml
+
+    from train.automem import AutomemTrainConfig, evaluation_settings
+
+    on = AutomemTrainConfig(output_dir=str(tmp_path / "s"))
+    off = AutomemTrainConfig(output_dir=str(tmp_path / "s"), memory_guards=False)
+    assert evaluation_settings(on) != evaluation_settings(off)
+    (tmp_path / "resolved_config.yaml").write_text(yaml.safe_dump({"env": "textworld", "memory_k": 3}))  # before guards
+    ev = AutomemEvalConfig(search_dir=str(tmp_path), output_dir=str(tmp_path / "e"), env="textworld")
+    assert differing_rollout_options(ev, tmp_path) == {"memory_guards": (False, True)}
+    ev_off = AutomemEvalConfig(search_dir=str(tmp_path), output_dir=str(tmp_path / "e"), env="textworld",
+                               memory_guards=False)
+    assert differing_rollout_options(ev_off, tmp_path) == {}
