@@ -88,3 +88,14 @@ def test_guards_are_part_of_the_evaluation_key_and_differ_from_an_older_search(t
     ev_off = AutomemEvalConfig(search_dir=str(tmp_path), output_dir=str(tmp_path / "e"), env="textworld",
                                memory_guards=False)
     assert differing_rollout_options(ev_off, tmp_path) == {}
+
+
+def test_a_failure_where_the_guards_withheld_everything_is_out_of_scope():
+    from routers.automem import TaskResult, classify, scope
+
+    withheld = TaskResult("t", False, failure={"memory": {"pool": 2, "retrieved": ["a"], "kept": [], "dropped": [],
+                                                          "stale": ["a"]}})
+    assert scope(withheld) == "stale_withheld"
+    judged = TaskResult("t", False, failure={"memory": {"pool": 2, "retrieved": ["a", "b"], "kept": [],
+                                                        "dropped": ["b"], "stale": ["a"]}})
+    assert scope(judged) is None and classify(judged) == "judge_rejected"   # the judge's own drop still counts

@@ -2,7 +2,8 @@
 histogram and the textual gradient ``(module, evidence ids, confidence, recommended edit)``.
 
 Scope gate (rule): a rollout error (tool / agent / LLM) or a timeout is out of scope; so is a failure whose
-evidence never appeared in any stored experience (memory could not have changed it). Failure modes, from the
+evidence never appeared in any stored experience (memory could not have changed it), and one where the avoid_when
+guards withheld every retrieved unit (``stale_withheld``: the agent ran as without memory). Failure modes, from the
 memory trace (``TaskResult.failure``):
 
 ==========================  ======  ==========================================================================
@@ -32,7 +33,7 @@ from routers.automem.space import Arch, MODULE_LETTER
 
 FAILURE_MODULE = {"extraction_gap": "encode", "low_quality_extraction": "encode", "retrieval_miss": "retrieve",
                   "judge_rejected": "store", "retrieval_noise": "retrieve", "stale_memory": "manage"}
-OUT_OF_SCOPE = ("tool_error", "timeout", "no_experience", "unattributed")
+OUT_OF_SCOPE = ("tool_error", "timeout", "no_experience", "stale_withheld", "unattributed")
 _TIMEOUT = re.compile(r"timeout|timed out|budget", re.IGNORECASE)
 
 # the edits a failure mode recommends, in order of preference (single-coordinate, filtered for validity later)
@@ -59,6 +60,9 @@ def scope(result: TaskResult) -> str | None:
         return "timeout"
     if f.get("evidence_seen") is False:
         return "no_experience"
+    mem = f.get("memory") or {}
+    if mem.get("stale") and not mem.get("kept") and not mem.get("dropped"):
+        return "stale_withheld"  # the avoid_when guards withheld every retrieved unit: it ran as without memory
     return None
 
 
