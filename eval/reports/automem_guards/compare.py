@@ -6,7 +6,7 @@ system stored the 42 training episodes). Result files beside this script:
 
 * ``guards_seed0_results.json``: seed 0 searched and evaluated with guards (the default now);
 * ``guards_seed0_same_picks_off_results.json``: the same picks with ``--memory_guards false``;
-* ``guards_on_old_seed1_results.json``: seed 1's picks of the search without guards (the committed 12-seed run),
+* ``guards_on_old_seed{1,2}_results.json``: seed 1's and seed 2's picks of the search without guards (the committed 12-seed run),
   evaluated with guards; their numbers without guards are in
   ``eval/reports/automem_stagnation/default_seeds0-11_results.json`` (which the seed-0 ablation reproduces exactly).
 
@@ -28,7 +28,7 @@ HERE = Path(__file__).parent
 BEFORE = HERE.parent / "automem_stagnation" / "default_seeds0-11_results.json"
 # (with guards, without guards, seed)
 PAIRS = [("guards_seed0_results.json", "guards_seed0_same_picks_off_results.json", "0"),
-         ("guards_on_old_seed1_results.json", BEFORE, "1")]
+         ("guards_on_old_seed1_results.json", BEFORE, "1"), ("guards_on_old_seed2_results.json", BEFORE, "2")]
 
 
 def _load(p) -> dict:
@@ -43,6 +43,8 @@ def _cell(r: dict) -> dict:
 def main() -> dict:
     rows, seen = [], {}
     for on_file, off_file, seed in PAIRS:
+        if not (HERE / on_file).exists():
+            continue
         on, off = _load(on_file)["seeds"][seed], _load(off_file)["seeds"][seed]
         for method in ("automem", "random"):
             assert on[method]["arch"] == off[method]["arch"], (seed, method)
