@@ -220,9 +220,11 @@ def differing_rollout_options(cfg: AutomemEvalConfig, search_dir) -> dict:
     if not path.exists():
         return {}
     saved = load_yaml(path)
+    def search_value(name):  # unsaved: a memory option at its pre-option value, anything else as this eval's
+        return saved[name] if name in saved else MEMORY_OPTIONS.get(name, getattr(cfg, name))
+
     names = [f.name for f in fields(RolloutConfig)] + list(MEMORY_OPTIONS)
-    return {n: (saved.get(n, MEMORY_OPTIONS.get(n)), getattr(cfg, n)) for n in names
-            if (n in saved or n in MEMORY_OPTIONS) and saved.get(n, MEMORY_OPTIONS.get(n)) != getattr(cfg, n)}
+    return {n: (v, getattr(cfg, n)) for n in names if (v := search_value(n)) != getattr(cfg, n)}
 
 
 def held_out_store(cfg: AutomemEvalConfig, out, evaluator):
