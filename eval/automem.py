@@ -38,7 +38,8 @@ log = get_logger(__name__)
 
 # the memory-system options a search and its held-out evaluation both set, with the value a config that predates
 # the option ran with (a search resolved before guards existed ran without them)
-MEMORY_OPTIONS = {"memory_llm": None, "retriever": None, "memory_k": 3, "memory_words": 120, "memory_guards": False}
+MEMORY_OPTIONS = {"memory_llm": None, "retriever": None, "memory_k": 3, "memory_words": 120, "memory_guards": False,
+                  "memory_route_guards": False}
 
 
 @dataclass
@@ -57,6 +58,8 @@ class AutomemEvalConfig(RolloutConfig):
     memory_guards: bool = field(default=True, metadata={
         "help": "the injection judge's avoid_when guards (as in memroute train automem); false replays the "
                 "search's picks without them (the ablation)"})
+    memory_route_guards: bool = field(default=True, metadata={
+        "help": "the route guard (as in memroute train automem): also withhold units whose route leads elsewhere"})
     score_candidates: int = field(default=0, metadata={
         "help": "also play the N best distinct search candidates (all seeds and methods, by search accuracy; -1: "
                 "every one) held-out and report how search / validation accuracy rank them against held-out "
@@ -317,7 +320,7 @@ def run(cfg: AutomemEvalConfig, evaluator=None, env=None) -> dict:
             seed, best = max(cands, key=lambda sr: (sr[1]["validation_accuracy"] or 0.0, -int(sr[0])))
             save_system_config(out / "memory_system.json", best["arch"], encoder=cfg.encoder, llm=cfg.memory_llm,
                                retriever=cfg.retriever, k=cfg.memory_k, max_words=cfg.memory_words,
-                               guards=cfg.memory_guards,
+                               guards=cfg.memory_guards, route_guards=cfg.memory_route_guards,
                                metrics={"seed": seed, "test_accuracy": best["accuracy"], "test_gain": best["gain"],
                                         "validation_accuracy": best["validation_accuracy"]})
     return results

@@ -63,6 +63,9 @@ class AutomemTrainConfig(RolloutConfig):
     memory_guards: bool = field(default=True, metadata={
         "help": "the injection judge withholds a unit whose avoid_when the goal triggers (the goal places an item "
                 "the unit's task sought elsewhere: routers/automem/guards.py); false: the judge before guards"})
+    memory_route_guards: bool = field(default=True, metadata={
+        "help": "also withhold a unit whose successful route took nothing from the place the goal sends its item "
+                "(it leads elsewhere: guards.off_route; failed episodes have no route)"})
     random_baseline: bool = True
     export_seed: int | None = None
     resume: str = "auto"
@@ -125,7 +128,7 @@ def build_evaluator(cfg, env=None, agent=None):
         llm = make_backend(cfg.memory_llm)
     return env, RolloutEvaluator(env, agent, encoder=as_encoder(encoder), llm=llm, max_steps=cfg.max_steps,
                                  count_tokens=token_counter(agent), k=cfg.memory_k, max_words=cfg.memory_words,
-                                 guards=cfg.memory_guards)
+                                 guards=cfg.memory_guards, route_guards=cfg.memory_route_guards)
 
 
 def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
@@ -146,7 +149,7 @@ def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
     out = Path(cfg.output_dir)
     fp = {"env": cfg.env, "agent": cfg.agent, "agent_model": cfg.agent_model, "memory_llm": cfg.memory_llm,
           "retriever": cfg.retriever, "memory_k": cfg.memory_k, "memory_words": cfg.memory_words,
-          "memory_guards": cfg.memory_guards}
+          "memory_guards": cfg.memory_guards, **route_guard_setting(cfg)}
     summary = {"schema_version": 1, "config": asdict(cfg), "seeds": {}}
     with OutputLock(out):
         save_resolved_config(out, cfg)
@@ -179,7 +182,8 @@ def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
         if best:
             save_system_config(out / "memory_system.json", best["arch"], encoder=cfg.encoder, llm=cfg.memory_llm,
                                retriever=cfg.retriever, metrics={"seed": export_seed, **best},
-                               k=cfg.memory_k, max_words=cfg.memory_words, guards=cfg.memory_guards)
+                               k=cfg.memory_k, max_words=cfg.memory_words, guards=cfg.memory_guards,
+                               route_guards=cfg.memory_route_guards)
         summary["export"] = str(out / "memory_system.json") if best else None
         atomic_write_json(out / "summary.json", summary)
     return summary
@@ -192,7 +196,13 @@ def evaluation_settings(cfg) -> dict:
     keep = {f.name for f in fields(RolloutConfig)} - {"torch_threads"}
     return {**{k: v for k, v in asdict(cfg).items() if k in keep}, "memory_llm": cfg.memory_llm,
             "retriever": cfg.retriever, "memory_k": cfg.memory_k, "memory_words": cfg.memory_words,
-            "memory_guards": cfg.memory_guards}
+            "memory_guards": cfg.memory_guards, **route_guard_setting(cfg)}
+
+
+def route_guard_setting(cfg) -> dict:
+    """The route guard in a fingerprint / store key only when on: the runs before it (``--memory_route_guards
+    false``) keep their keys and replay."""
+    return {"memory_route_guards": True} if cfg.memory_route_guards else {}
 
 
 def _brief(trace: dict) -> dict:

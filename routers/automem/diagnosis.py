@@ -2,9 +2,9 @@
 histogram and the textual gradient ``(module, evidence ids, confidence, recommended edit)``.
 
 Scope gate (rule): a rollout error (tool / agent / LLM) or a timeout is out of scope; so is a failure whose
-evidence never appeared in any stored experience (memory could not have changed it), and one where the avoid_when
-guards withheld every retrieved unit (``stale_withheld``: the agent ran as without memory). Failure modes, from the
-memory trace (``TaskResult.failure``):
+evidence never appeared in any stored experience (memory could not have changed it), and one where the guards
+(avoid_when, route) withheld every retrieved unit (``stale_withheld``: the agent ran as without memory). Failure
+modes, from the memory trace (``TaskResult.failure``):
 
 ==========================  ======  ==========================================================================
 mode                        module  signal
@@ -61,8 +61,8 @@ def scope(result: TaskResult) -> str | None:
     if f.get("evidence_seen") is False:
         return "no_experience"
     mem = f.get("memory") or {}
-    if mem.get("stale") and not mem.get("kept") and not mem.get("dropped"):
-        return "stale_withheld"  # the avoid_when guards withheld every retrieved unit: it ran as without memory
+    if (mem.get("stale") or mem.get("off_route")) and not mem.get("kept") and not mem.get("dropped"):
+        return "stale_withheld"  # the guards withheld every retrieved unit: it ran as without memory
     return None
 
 

@@ -5,7 +5,8 @@ Five unit types -- ``tip`` (transferable heuristic), ``insight`` (root cause of 
 ``shortcut`` (parameterized macro with an input schema). Rule-based by default; with an LLM (anything with the
 ``routers.backends`` ``generate`` interface) each type is written by one prompt and falls back to the rule
 when the answer is empty. Every unit carries ``use_when`` (the source task's pattern) and ``avoid_when`` (where
-its task's sought items were: ``routers.automem.guards``) for the injection judge.
+its task's sought items were: ``routers.automem.guards``) and ``route_to`` (where a successful trajectory took
+things from) for the injection judge.
 """
 
 from __future__ import annotations
@@ -130,6 +131,7 @@ class Encoder:
         pattern = task_pattern(traj.task)
         actions = [s.action for s in traj.steps] if traj.success else []  # a failed take is no fact
         avoid_when = [[item, where] for item, where in location_facts(traj.task.goal, *actions).items()]
+        route_to = sorted(set(location_facts(*actions).values()))
         out = []
         for kind in self.kinds:
             units = RULES[kind](traj)
@@ -140,6 +142,7 @@ class Encoder:
             for u in units:
                 u.meta.setdefault("use_when", pattern)
                 u.meta.setdefault("avoid_when", avoid_when)
+                u.meta.setdefault("route_to", route_to)
                 u.meta.setdefault("outcome", "success" if traj.success else "failure")
             out.extend(units)
         return out

@@ -10,9 +10,17 @@ pick up) with ``the X in / from / inside / on / under the Y`` -- so a shared fix
 is not a fact that conflicts across worlds, and a different item in the same place is no conflict (its route is
 exactly what a sibling task needs).
 
+The *route* guard (``off_route``) goes one step further, for units written away from their item (a workflow of a
+sibling item, the same world's other sites): a successful trajectory's route leads to the places it took things
+from (``route_to``: its ``take X from Y`` actions). A goal that sends its item to a place none of them is would copy
+a route to somewhere else: "find the brass key in the cupboard" gets nothing from "take red cup from oak chest" but
+the way to the oak chest. A failed trajectory has no route (it explored: the map it saw may still help), and a
+goal that names no place fires neither guard.
+
     location_facts("In Elm, find the brass key in the oak chest and put it on the table in the hall.")
     # {'brass key': 'oak chest'}
     conflicts([["brass key", "oak chest"]], {"brass key": "cupboard"})   # [('brass key', 'oak chest', 'cupboard')]
+    off_route(["oak chest"], {"brass key": "cupboard"})                  # [('brass key', 'cupboard', ('oak chest',))]
 """
 
 from __future__ import annotations
@@ -55,3 +63,12 @@ def conflicts(assumed: Iterable | None, goal_facts: Mapping[str, str]) -> list[t
         if now is not None and now != where:
             out.append((item, where, now))
     return out
+
+
+def off_route(route_to: Iterable[str] | None, goal_facts: Mapping[str, str]) -> list[tuple[str, str, tuple[str, ...]]]:
+    """``(item, goal's place, the route's places)`` for every item the goal sends to a place the unit's route does
+    not lead to (``route_to``: the unit's ``route_to``; a unit without a route is never off it)."""
+    places = tuple(sorted({_norm(str(p)) for p in route_to or ()}))
+    if not places:
+        return []
+    return [(_norm(k), _norm(v), places) for k, v in goal_facts.items() if _norm(v) not in places]

@@ -15,7 +15,9 @@ temporal knowledge graph: entities by the LLM when configured, BM25 + dense, and
 entities invalidates the older one instead of deleting it). After retrieval an injection judge drops units
 sharing no content word with the goal (its kept / dropped ids are the 'judge-rejected' diagnosis signal) and,
 with ``guards`` (default), units whose ``avoid_when`` the goal triggers: the goal places an item the unit's task
-sought somewhere else (``routers.automem.guards``; their ids are the trace's ``stale``).
+sought somewhere else (``routers.automem.guards``; their ids are the trace's ``stale``); with ``route_guards``
+(default) also units whose successful route took nothing from where the goal sends its item (it leads elsewhere;
+``off_route``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Sequence
 
 from routers.automem.encoders import Encoder, task_pattern, _ID
-from routers.automem.guards import conflicts, location_facts
+from routers.automem.guards import conflicts, location_facts, off_route
 from routers.automem.manage import MANAGERS
 from routers.automem.retrieval import RETRIEVERS
 from routers.automem.space import Arch, as_arch, violations
@@ -44,13 +46,15 @@ class MemorySystem(BaseProvider):
     """One architecture as a memory provider. ``llm`` (a ``routers.backends`` backend) makes the Encode writers,
     llm_graph entity extraction and HyDE use it; ``encoder`` embeds keys (a trained ``RetrieverRouter`` export
     plugs in here for contrastive retrieval); ``k`` units are retrieved, at most ``max_words`` injected;
-    ``judge`` / ``guards`` switch the injection judge's goal-overlap and avoid_when checks."""
+    ``judge`` / ``guards`` / ``route_guards`` switch the injection judge's goal-overlap, avoid_when and route
+    checks."""
 
     name, family, gate = "automem", "insight", "all"
     reference = "AutoMem (seed 003): Encode / Store / Retrieve / Manage"
 
     def __init__(self, arch, encoder=None, llm=None, *, k: int = 3, max_words: int = 120, max_items: int = 200,
-                 judge: bool = True, guards: bool = True, llm_encode: bool = True, **kw):
+                 judge: bool = True, guards: bool = True, route_guards: bool = True, llm_encode: bool = True,
+                 **kw):
         arch = as_arch(arch)
         problems = violations(arch)
         if problems:
@@ -64,6 +68,7 @@ class MemorySystem(BaseProvider):
         self.max_items = max_items
         self.judge = judge
         self.guards = guards
+        self.route_guards = route_guards
         super().__init__(encoder=encoder, llm=llm, k=k, **kw)
         self.encode_units = Encoder(arch.encode, ask=self._ask if (llm is not None and llm_encode) else None,
                                     max_prompt_words=self.max_prompt_words)
@@ -77,7 +82,7 @@ class MemorySystem(BaseProvider):
 
     def params(self) -> dict:
         return {**super().params(), "arch": self.arch.to_dict(), "max_items": self.max_items, "judge": self.judge,
-                "guards": self.guards}
+                "guards": self.guards, "route_guards": self.route_guards}
 
     # -- store ---------------------------------------------------------------------------------------------
     def _entities(self, goal: str, text: str) -> list[str]:
@@ -129,19 +134,22 @@ class MemorySystem(BaseProvider):
     def retrieve(self, goal: str) -> Retrieved:
         st = self._state
         live = [i for i, it in enumerate(st.items) if "valid_to" not in it.meta]
-        self.last_trace = {"pool": len(live), "retrieved": [], "kept": [], "dropped": [], "stale": []}
+        self.last_trace = {"pool": len(live), "retrieved": [], "kept": [], "dropped": [], "stale": [], "off_route": []}
         if not live:
             return Retrieved(self.name, "", [])
         base = self.score_items(*self.query(goal), state=st)
         ranked = RETRIEVERS[self.arch.retrieve](self, goal, live, base, self.k)
         q = set(keyword_tokens(goal))
         pattern = task_pattern(goal)
-        facts = location_facts(goal) if self.guards else {}
-        kept, dropped, stale = [], [], []
+        facts = location_facts(goal) if (self.guards or self.route_guards) else {}
+        kept, dropped, stale, elsewhere = [], [], [], []
         for i in ranked:
             it = st.items[i]
-            if facts and conflicts(it.meta.get("avoid_when"), facts):
+            if facts and self.guards and conflicts(it.meta.get("avoid_when"), facts):
                 stale.append(i)
+                continue
+            if facts and self.route_guards and off_route(it.meta.get("route_to"), facts):
+                elsewhere.append(i)
                 continue
             ok = (not self.judge or it.meta.get("use_when") == pattern
                   or bool(q & set(keyword_tokens(f"{it.key} {it.text}"))))
@@ -151,6 +159,7 @@ class MemorySystem(BaseProvider):
         self.last_trace.update(retrieved=[st.items[i].item_id for i in ranked],
                                kept=[it.item_id for it in picked], dropped=[st.items[i].item_id for i in dropped],
                                stale=[st.items[i].item_id for i in stale],
+                               off_route=[st.items[i].item_id for i in elsewhere],
                                scores=[round(float(base[i]), 4) for i in ranked])
         return Retrieved(self.name, text, [it.item_id for it in picked])
 
@@ -168,7 +177,7 @@ class MemorySystem(BaseProvider):
 
 
 # -- the loadable memory-system config ----------------------------------------------------------------------
-SYSTEM_OPTIONS = ("k", "max_words", "max_items", "judge", "guards")
+SYSTEM_OPTIONS = ("k", "max_words", "max_items", "judge", "guards", "route_guards")
 
 
 def system_config(arch, *, encoder: str | None = None, llm: str | None = None, retriever: str | None = None,
