@@ -8,7 +8,9 @@ A proposal is ``Proposal(arch, origin, parent, edit, entry_id)``; it may be inva
 rejects, counts and resamples it). Rule proposer, per round: the gradient's recommended single-coordinate
 edits of the leader (skipping refuted / dead-end edits; each tied to a ledger entry for differential
 validation), active principles not yet applied to the leader, then an exploration edit chosen by the
-observation graph (optimistic for untried options).
+observation graph (optimistic for untried options). An exploration edit the constraints forbid on its own (the
+leader's ``graph | ... | graph_consolidate`` cannot take a ``hybrid`` store) is repaired by one other module's change
+(``Proposal.repair``): otherwise coupled choices trap the search in one region of the space.
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ class Proposal:
     parent: str | None = None        # the leader's key the edit was applied to
     edit: list | None = None         # [module, option]
     entry_id: str | None = None      # the ledger entry this proposal tests
+    repair: list | None = None       # [module, option]: the second change that makes ``edit`` valid
 
     def to_dict(self) -> dict:
         return {"arch": self.arch.key, "origin": self.origin, "parent": self.parent, "edit": self.edit,
-                "entry_id": self.entry_id}
+                "entry_id": self.entry_id, **({"repair": self.repair} if self.repair else {})}
 
 
 @dataclass
@@ -58,6 +61,17 @@ def _apply(arch: Arch, module: str, option: str) -> Arch | None:
     elif getattr(arch, module) == option:
         return None
     return arch.edit(module, option)
+
+
+def _options(module: str) -> list[str]:
+    """A module's edit options: encoders as ``+x`` / ``-x``, other modules as their menu."""
+    return [f"+{e}" for e in ENCODE] + [f"-{e}" for e in ENCODE] if module == "encode" else list(MENU[module])
+
+
+def _optimistic(ctx: SearchContext, module: str, option: str) -> float:
+    """Observed mean gain of a choice (negated for removing an encoder) plus a bonus shrinking with its trials."""
+    mean, n = ctx.graph.mean(module, option.lstrip("+-"))
+    return (-mean if option.startswith("-") else mean) + 0.3 / (1 + n) ** 0.5
 
 
 class RuleProposer:
@@ -107,23 +121,32 @@ class RuleProposer:
         return [Proposal(a, "init") for a in ctx.rng.sample(space, k)]
 
     def _explore(self, ctx: SearchContext, seen: set) -> Proposal | None:
-        """The leader edited on one module toward the option with the best optimistic observed gain."""
+        """The leader edited on one module toward the option with the best optimistic observed gain; an edit the
+        constraints forbid alone competes as its best-scored repair (the edit plus one other module's change)."""
         cands = []
         for module in MODULES:
-            opts = ([f"+{e}" for e in ENCODE] + [f"-{e}" for e in ENCODE]) if module == "encode" else MENU[module]
-            for opt in opts:
+            for opt in _options(module):
                 if ctx.ledger.blocked([module, opt]):
                     continue
                 arch = _apply(ctx.leader, module, opt)
-                if arch is None or arch.key in seen or not valid(arch):
+                if arch is None:
                     continue
-                mean, n = ctx.graph.mean(module, opt.lstrip("+-"))
-                sign = -1.0 if opt.startswith("-") else 1.0
-                cands.append((sign * mean + 0.3 / (1 + n) ** 0.5 + 1e-3 * ctx.rng.random(), module, opt, arch))
+                if valid(arch):
+                    if arch.key not in seen:
+                        cands.append((_optimistic(ctx, module, opt) + 1e-3 * ctx.rng.random(), module, opt, arch, None))
+                    continue
+                fixes = [(_optimistic(ctx, m2, o2), m2, o2, fixed) for m2 in MODULES if m2 != module
+                         for o2 in _options(m2) if not ctx.ledger.blocked([m2, o2])
+                         for fixed in [_apply(arch, m2, o2)]
+                         if fixed is not None and valid(fixed) and fixed.key not in seen]
+                if fixes:
+                    _, m2, o2, fixed = max(fixes, key=lambda f: f[0])
+                    score = _optimistic(ctx, module, opt) + 1e-3 * ctx.rng.random()
+                    cands.append((score, module, opt, fixed, [m2, o2]))
         if not cands:
             return None
-        _, module, opt, arch = max(cands, key=lambda c: c[0])
-        return Proposal(arch, "explore", ctx.leader.key, [module, opt])
+        _, module, opt, arch, repair = max(cands, key=lambda c: c[0])
+        return Proposal(arch, "explore", ctx.leader.key, [module, opt], repair=repair)
 
     def resample(self, ctx: SearchContext, rejected: Proposal, rng: random.Random) -> Proposal:
         """Repair an invalid proposal (keep its edit, change one other module), else a random unevaluated
