@@ -132,6 +132,7 @@ def build_evaluator(cfg, env=None, agent=None):
 
 
 def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
+    from routers.automem.evidence import annotate_world_tasks
     from routers.automem.proposer import LLMProposer
     from routers.automem.search import run_automem, run_random
     from routers.automem.system import save_system_config
@@ -141,6 +142,7 @@ def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
     if evaluator is None:
         env, evaluator = build_evaluator(cfg, env)
     search, val = split_tasks(env_tasks(env, cfg.search_split), cfg.n_search, cfg.n_val)
+    annotate_world_tasks(env, search + val)  # the diagnosis's evidence on the persistent-world suite
     llm = None
     if cfg.backend:
         from routers.backends import make_backend

@@ -18,7 +18,8 @@ stale_memory                M       an outdated version of the evidence was inje
 ==========================  ======  ==========================================================================
 
 Without evidence annotations the trace alone decides (empty pool: extraction gap; nothing retrieved: miss;
-all dropped: judge-rejected; else noise). A diagnosis LLM (optional) relabels failures that resist the rules.
+all dropped: judge-rejected; else noise); the persistent-world suite's repeat visits are annotated
+(``routers.automem.evidence``). A diagnosis LLM (optional) relabels failures that resist the rules.
 """
 
 from __future__ import annotations

@@ -1,0 +1,83 @@
+"""Evidence annotations on the persistent-world suite: which repeat visits carry the route of an earlier delivery,
+and how the evaluator's failure record then lets the diagnosis tell a retrieval miss from noise."""
+
+from __future__ import annotations
+
+import os
+import sys
+from types import SimpleNamespace
+
+sys.path.insert(0, os.path.dirname(__file__))
+from memagent_provider_fakes import HashEncoder  # noqa: E402
+
+from routers.automem import Arch, MemorySystem, classify, diagnose  # noqa: E402
+from routers.automem.evaluate import RolloutEvaluator  # noqa: E402
+from routers.automem.evidence import annotate_world_tasks, world_evidence  # noqa: E402
+from routers.memagent.protocol import Task, Trajectory, TrajectoryStep  # noqa: E402
+
+OBJECTS = {"silver ladle": "coffer", "black whisk": "coffer", "blue teapot": "coffer", "golden trumpet": "locker"}
+GOAL = "In Harbor House, find the {} in the {} and put it on the table in the foyer."
+
+
+def _meta(obj, delivered, **kw):
+    return {"world_id": "w0", "family": "fetch", "object": obj, "holder": OBJECTS[obj], "delivered": delivered,
+            "demonstration": False, "moved": None, **kw}
+
+
+def test_a_repeat_visit_carries_the_earlier_deliveries_from_its_holder():
+    meta = _meta("blue teapot", ["silver ladle", "golden trumpet", "black whisk"])
+    assert world_evidence(meta, OBJECTS) == {
+        "evidence": ["take silver ladle from coffer", "take black whisk from coffer"],
+        "sources": ["silver ladle", "black whisk"]}
+    assert world_evidence(_meta("silver ladle", [], demonstration=True), OBJECTS) == {}
+    assert world_evidence(_meta("golden trumpet", ["silver ladle"]), OBJECTS) == {}       # first at its holder
+    moved = _meta("silver ladle", ["black whisk"], moved={"object": "silver ladle", "from": "coffer", "to": "cupboard"})
+    assert world_evidence(moved, OBJECTS) == {}                                           # the guards decide these
+
+
+def test_annotate_reads_the_env_manifest_and_keeps_given_evidence():
+    env = SimpleNamespace(worlds=lambda: {"w0": SimpleNamespace(objects=OBJECTS)})
+    t1 = Task("w0-fetch-black_whisk", GOAL.format("black whisk", "coffer"), meta=_meta("black whisk", ["silver ladle"]))
+    t2 = Task("w0-fetch-blue_teapot", "x", meta=_meta("blue teapot", ["silver ladle"], evidence=["given"]))
+    t3 = Task("plain", "x", meta={})
+    assert annotate_world_tasks(env, [t1, t2, t3]) == 1
+    assert t1.meta["evidence"] == ["take silver ladle from coffer"] and t1.meta["sources"] == ["silver ladle"]
+    assert t2.meta["evidence"] == ["given"] and t3.meta == {}
+    assert annotate_world_tasks(SimpleNamespace(), [t3]) == 0                             # no manifest: no-op
+
+
+def _traj(obj, holder, ok=True):
+    acts = ["go south", f"take {obj} from {holder}", "go north", f"put {obj} on table"]
+    steps = [TrajectoryStep(i, f"You did {a}.", a) for i, a in enumerate(acts)]
+    return Trajectory(task=Task(f"t-{obj}", GOAL.format(obj, holder)), steps=steps, success=ok)
+
+
+def _failure(task, retrieved_ids, mem):
+    ev = RolloutEvaluator(env=None, agent=None)
+    r = SimpleNamespace(trajectory=Trajectory(task=task, steps=[TrajectoryStep(0, "Nothing.", "look")],
+                                              success=False), injected_tokens=0)
+    trace = {"pool": len(mem.items_by_id()), "retrieved": retrieved_ids, "kept": retrieved_ids, "dropped": []}
+    memory = "\n".join(mem.items_by_id()[i].text for i in retrieved_ids)
+    return ev._result(task, r, memory, trace, ["take silver ladle from coffer"], mem, 0)
+
+
+def test_an_annotated_failure_separates_a_retrieval_miss_from_noise():
+    mem = MemorySystem(Arch(("trajectory",), "json", "hybrid", "lightweight"), encoder=HashEncoder())
+    for obj, holder in [("silver ladle", "coffer"), ("golden trumpet", "locker"), ("red cup", "chest")]:
+        mem.store(_traj(obj, holder))
+    ids = {it.meta["goal"]: i for i, it in mem.items_by_id().items()}
+    ladle, trumpet, cup = (ids[GOAL.format(o, h)] for o, h in
+                           [("silver ladle", "coffer"), ("golden trumpet", "locker"), ("red cup", "chest")])
+    meta = _meta("black whisk", ["silver ladle", "golden trumpet"])
+    task = Task("w0-fetch-black_whisk", GOAL.format("black whisk", "coffer"), meta={**meta, **world_evidence(
+        meta, OBJECTS)})
+    miss = _failure(task, [trumpet, cup], mem)
+    assert miss.failure["evidence_in_pool"] and not miss.failure["evidence_retrieved"]
+    assert classify(miss) == "retrieval_miss"
+    buried = _failure(task, [trumpet, ladle], mem)
+    assert buried.failure["evidence_injected"] and classify(buried) == "retrieval_noise"
+    bare = _failure(Task(task.task_id, task.goal, meta=meta), [trumpet, cup], mem)      # no annotation
+    assert "evidence_in_pool" not in bare.failure and classify(bare) == "retrieval_noise"
+    g = diagnose([("a", miss)] * 3 + [("a", buried)], mem.arch)
+    assert (g["failure_mode"], g["histogram"]["R"]) == ("retrieval_miss", 4)
+    assert g["recommended_edit"]["edits"][0] == ["retrieve", "hybrid"]
