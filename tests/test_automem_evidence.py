@@ -10,7 +10,7 @@ from types import SimpleNamespace
 sys.path.insert(0, os.path.dirname(__file__))
 from memagent_provider_fakes import HashEncoder  # noqa: E402
 
-from routers.automem import Arch, MemorySystem, classify, diagnose  # noqa: E402
+from routers.automem import Arch, MemorySystem, TaskResult, classify, diagnose  # noqa: E402
 from routers.automem.evaluate import RolloutEvaluator  # noqa: E402
 from routers.automem.evidence import annotate_world_tasks, world_evidence  # noqa: E402
 from routers.memagent.protocol import Task, Trajectory, TrajectoryStep  # noqa: E402
@@ -81,3 +81,25 @@ def test_an_annotated_failure_separates_a_retrieval_miss_from_noise():
     g = diagnose([("a", miss)] * 3 + [("a", buried)], mem.arch)
     assert (g["failure_mode"], g["histogram"]["R"]) == ("retrieval_miss", 4)
     assert g["recommended_edit"]["edits"][0] == ["retrieve", "hybrid"]
+
+
+def _annotated(task_id, **flags):
+    ev = dict(evidence_seen=True, evidence_in_pool=True, evidence_retrieved=True, evidence_injected=True,
+              stale_injected=False, source_units=1)
+    return TaskResult(task_id, False, failure={"timeout": False, **ev, **flags,
+                                               "memory": {"pool": 4, "retrieved": ["a", "b"], "kept": ["a", "b"]}})
+
+
+def test_the_histogram_names_the_module_and_its_most_frequent_mode_the_edit():
+    # seed 1's round 2 with evidence: 5 low-quality extractions (E) against 5 misses + 1 noise (R)
+    fails = [("x", _annotated(f"e{i}", evidence_in_pool=False)) for i in range(5)]
+    fails += [("x", _annotated(f"m{i}", evidence_retrieved=False)) for i in range(5)] + [("x", _annotated("n0"))]
+    g = diagnose(fails, Arch(("insight", "shortcut"), "graph", "cbr_rerank", "graph_consolidate"))
+    assert g["histogram"] == {"E": 5, "S": 0, "R": 6, "M": 0}
+    assert (g["module"], g["failure_mode"]) == ("retrieve", "retrieval_miss")
+    assert g["evidence_ids"] == [f"m{i}" for i in range(5)] and g["confidence"] == "medium"
+    assert g["recommended_edit"] == {"module": "retrieve", "edits": [["retrieve", "hybrid"], ["retrieve", "cbr_rerank"],
+                                     ["store", "hybrid"], ["retrieve", "graph"], ["retrieve", "hyde"]],
+                                     "from": "cbr_rerank"}
+    one = diagnose(fails[:5] + fails[5:7])                            # E 5 vs R 2: the larger module wins
+    assert (one["module"], one["failure_mode"]) == ("encode", "low_quality_extraction")

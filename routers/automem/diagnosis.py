@@ -123,8 +123,11 @@ def diagnose(failures: Sequence[tuple[str, TaskResult]], arch: Arch | None = Non
             "out_of_scope_for_memory": total == 0, "cross_source_agreement": None}
     if not total:
         return grad
-    mode, n = max(modes.items(), key=lambda kv: (kv[1], -list(FAILURE_MODULE).index(kv[0])))
-    module = FAILURE_MODULE[mode]
+    # the histogram names the module (seed 003 §4.3), its most frequent mode the edit: two modes splitting one
+    # module's failures must not lose to a single larger mode of another module
+    order = list(FAILURE_MODULE)
+    module = FAILURE_MODULE[max(modes, key=lambda m: (hist[MODULE_LETTER[FAILURE_MODULE[m]]], -order.index(m)))]
+    mode = max((m for m in modes if FAILURE_MODULE[m] == module), key=lambda m: (modes[m], -order.index(m)))
     share = hist[MODULE_LETTER[module]] / total
     grad.update(module=module, letter=MODULE_LETTER[module], failure_mode=mode,
                 evidence_ids=sorted(set(per_mode_ids[mode]))[:5],
