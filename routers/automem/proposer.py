@@ -131,18 +131,19 @@ class RuleProposer:
                 arch = _apply(ctx.leader, module, opt)
                 if arch is None:
                     continue
-                if valid(arch):
-                    if arch.key not in seen:
-                        cands.append((_optimistic(ctx, module, opt) + 1e-3 * ctx.rng.random(), module, opt, arch, None))
+                repair = None
+                if not valid(arch):
+                    fixes = [(_optimistic(ctx, m2, o2), m2, o2, fixed) for m2 in MODULES if m2 != module
+                             for o2 in _options(m2) if not ctx.ledger.blocked([m2, o2])
+                             for fixed in [_apply(arch, m2, o2)]
+                             if fixed is not None and valid(fixed) and fixed.key not in seen]
+                    if not fixes:
+                        continue
+                    _, m2, o2, arch = max(fixes, key=lambda f: f[0])
+                    repair = [m2, o2]
+                elif arch.key in seen:
                     continue
-                fixes = [(_optimistic(ctx, m2, o2), m2, o2, fixed) for m2 in MODULES if m2 != module
-                         for o2 in _options(m2) if not ctx.ledger.blocked([m2, o2])
-                         for fixed in [_apply(arch, m2, o2)]
-                         if fixed is not None and valid(fixed) and fixed.key not in seen]
-                if fixes:
-                    _, m2, o2, fixed = max(fixes, key=lambda f: f[0])
-                    score = _optimistic(ctx, module, opt) + 1e-3 * ctx.rng.random()
-                    cands.append((score, module, opt, fixed, [m2, o2]))
+                cands.append((_optimistic(ctx, module, opt) + 1e-3 * ctx.rng.random(), module, opt, arch, repair))
         if not cands:
             return None
         _, module, opt, arch, repair = max(cands, key=lambda c: c[0])
