@@ -76,9 +76,11 @@ def rule_insight(traj: Trajectory) -> list[Unit]:
 
 
 def rule_trajectory(traj: Trajectory, max_words: int = 160) -> list[Unit]:
+    """Every action of the trace, observations as the budget allows (v2; v1 dropped the middle steps whole, and
+    with them the ``take`` a later visit needs)."""
     if not traj.steps:
         return []
-    text = render_trajectory(traj, max_words, obs_words=40)
+    text = render_trajectory(traj, max_words, obs_words=40, keep_actions=True)
     return [Unit("trajectory", traj.task.goal, text)]
 
 
@@ -115,6 +117,18 @@ PROMPTS = {
     "shortcut": "Write one executable macro 'Shortcut name(args): action ; action' with {arg} slots for "
                 "task-specific values. At most 60 words.",
 }
+# A unit type's rule version, bumped when its rule writes different text. Evaluations are replayed by architecture
+# (``routers.automem.trace``), so an architecture's replay key names the versions of the types it encodes (v1 is
+# unnamed: the results recorded before versions existed stay valid for every type not changed since).
+UNIT_VERSIONS = {"trajectory": 2}
+
+
+def versioned_key(arch) -> str:
+    """``arch.key`` plus the rule versions (above 1) of the unit types it encodes: the key its results replay by."""
+    tags = [f"{kind}.v{UNIT_VERSIONS[kind]}" for kind in arch.encode if UNIT_VERSIONS.get(kind, 1) > 1]
+    return arch.key + "".join(f"@{t}" for t in tags)
+
+
 GATES = {"tip": "success", "insight": "failure", "trajectory": "all", "workflow": "success", "shortcut": "success"}
 
 

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Sequence
 
+from routers.automem.encoders import versioned_key
 from routers.automem.evaluate import EvaluateFn, Evaluation, run_evaluation
 from routers.automem.space import Arch
 from routers.io import ResumableJsonlWriter, read_jsonl
@@ -31,7 +32,7 @@ class TraceMismatch(ValueError):
 
 
 def _key(arch: Arch | None, batch: str) -> str:
-    return f"{batch}::{arch.key if arch is not None else 'none'}"
+    return f"{batch}::{versioned_key(arch) if arch is not None else 'none'}"
 
 
 def _digest(obj) -> str:
@@ -51,7 +52,7 @@ class EvaluationStore:
         self.records = {r["id"]: r["evaluation"] for r in read_jsonl(self.path, required=("id", "evaluation"))}
 
     def key(self, arch: Arch | None, tasks: Sequence) -> str:
-        return _digest([self.settings, arch.key if arch is not None else None, [t.task_id for t in tasks]])
+        return _digest([self.settings, versioned_key(arch) if arch is not None else None, [t.task_id for t in tasks]])
 
     def get(self, arch: Arch | None, tasks: Sequence) -> Evaluation | None:
         rec = self.records.get(self.key(arch, tasks))

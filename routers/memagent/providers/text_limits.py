@@ -67,31 +67,45 @@ def parse_sections(text: str, names: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def render_trajectory(traj: Trajectory, max_words: int = 900, obs_words: int = 60) -> str:
+def render_trajectory(traj: Trajectory, max_words: int = 900, obs_words: int = 60, keep_actions: bool = False) -> str:
     """The trajectory an LLM reads when writing memories: goal, outcome, steps with observations clipped
-    to ``obs_words``; when too long, the first and the last steps are kept (the ending carries the outcome)."""
+    to ``obs_words``; when too long, the first and the last steps are kept (the ending carries the outcome).
+    ``keep_actions``: when too long, every step's action stays and only observations are dropped (first and last
+    ones kept first) -- a trace another task follows must not lose the middle of its route."""
     head = [f"Task: {traj.task.goal}", f"Outcome: {'success' if traj.success else 'failure'}"]
     steps = [f"Step {s.index}: > {s.action}\n{limit_words(s.observation, obs_words)[0]}" for s in traj.steps]
     budget = max_words - count_words("\n".join(head))
     cost = [count_words(s) for s in steps]
     if sum(cost) <= budget:
         return "\n".join(head + steps)
-    keep_head, keep_tail, used = [], [], 0
-    i, j = 0, len(steps) - 1
-    while i <= j:  # alternate: first steps, last steps
-        take_tail = len(keep_tail) < len(keep_head)
+    if keep_actions:
+        actions = [f"Step {s.index}: > {s.action}" for s in traj.steps]
+        shown = _ends_first([c - count_words(a) for c, a in zip(cost, actions)],
+                            budget - sum(count_words(a) for a in actions))
+        return "\n".join(head + [steps[i] if i in shown else a for i, a in enumerate(actions)])
+    shown = _ends_first(cost, budget)
+    n_head = next(i for i in range(len(steps) + 1) if i not in shown)  # the kept prefix; the rest are the tail
+    keep_head, keep_tail = steps[:n_head], [steps[i] for i in sorted(shown) if i > n_head]
+    skipped = len(steps) - len(keep_head) - len(keep_tail)
+    return "\n".join(head + keep_head + [f"... ({skipped} steps omitted) ..."] + keep_tail)
+
+
+def _ends_first(cost: Sequence[int], budget: int) -> set[int]:
+    """Indices kept when items are taken alternately from the front and the back until the next one does not fit."""
+    kept: set[int] = set()
+    used, i, j, n_head, n_tail = 0, 0, len(cost) - 1, 0, 0
+    while i <= j:
+        take_tail = n_tail < n_head
         idx = j if take_tail else i
         if used + cost[idx] > budget:
             break
         used += cost[idx]
+        kept.add(idx)
         if take_tail:
-            keep_tail.insert(0, steps[idx])
-            j -= 1
+            n_tail, j = n_tail + 1, j - 1
         else:
-            keep_head.append(steps[idx])
-            i += 1
-    skipped = len(steps) - len(keep_head) - len(keep_tail)
-    return "\n".join(head + keep_head + [f"... ({skipped} steps omitted) ..."] + keep_tail)
+            n_head, i = n_head + 1, i + 1
+    return kept
 
 
 def action_sequence(traj: Trajectory, max_words: int | None = None) -> str:

@@ -1,0 +1,87 @@
+"""The trajectory unit keeps its whole route, and a changed unit rule does not replay results recorded with the old
+one (evaluations are replayed by architecture: ``routers.automem.trace``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_automem_world import make_evaluator  # noqa: E402
+
+from routers.automem import Arch, run_random  # noqa: E402
+from routers.automem.encoders import UNIT_VERSIONS, rule_trajectory, versioned_key  # noqa: E402
+from routers.automem.trace import EvaluationStore, _digest  # noqa: E402
+from routers.memagent.protocol import Task, Trajectory, TrajectoryStep  # noqa: E402
+from routers.memagent.providers.text_limits import count_words, render_trajectory  # noqa: E402
+
+ACTIONS = ["go north", "go east", "open coffer", "take silver ladle from coffer", "go west", "go south"]
+
+
+def _route(obs_words: int = 10) -> Trajectory:
+    steps = [TrajectoryStep(i, " ".join(f"o{i}w{k}" for k in range(obs_words)), a) for i, a in enumerate(ACTIONS)]
+    return Trajectory(Task("t0", "find the silver ladle"), steps, success=True)
+
+
+def test_keep_actions_drops_observations_not_steps():
+    traj = _route()
+    # head 7 words, six action lines 33, 10-word observations: 60 words leave room for two observations
+    text = render_trajectory(traj, 60, obs_words=10, keep_actions=True)
+    obs = [s.observation for s in traj.steps]
+    assert text == "\n".join(["Task: find the silver ladle", "Outcome: success",
+                              f"Step 0: > go north\n{obs[0]}", "Step 1: > go east", "Step 2: > open coffer",
+                              "Step 3: > take silver ladle from coffer", "Step 4: > go west",
+                              f"Step 5: > go south\n{obs[5]}"])
+    assert count_words(text) == 60
+    # the default render keeps whole steps from both ends: the take in the middle is gone
+    legacy = render_trajectory(traj, 60, obs_words=10)
+    assert legacy == "\n".join(["Task: find the silver ladle", "Outcome: success", f"Step 0: > go north\n{obs[0]}",
+                                f"Step 1: > go east\n{obs[1]}", "... (3 steps omitted) ...",
+                                f"Step 5: > go south\n{obs[5]}"])
+    # nothing is dropped when everything fits, in either mode
+    assert render_trajectory(traj, 900, keep_actions=True) == render_trajectory(traj, 900)
+
+
+def test_the_trajectory_unit_holds_every_action_of_a_long_route():
+    (unit,) = rule_trajectory(_route(obs_words=40))
+    for action in ACTIONS:
+        assert f"> {action}" in unit.text
+    assert count_words(unit.text) <= 160
+
+
+def test_versioned_key_names_only_changed_unit_types():
+    with_traj = Arch(("insight", "trajectory"), "graph", "cbr_rerank", "graph_consolidate")
+    without = Arch(("workflow",), "json", "cbr_rerank", "json_full")
+    assert UNIT_VERSIONS["trajectory"] == 2
+    assert versioned_key(with_traj) == with_traj.key + "@trajectory.v2"
+    assert versioned_key(without) == without.key
+
+
+def test_results_recorded_with_an_older_rule_are_not_replayed(tmp_path, monkeypatch):
+    """A store and a trace written before the trajectory rule changed: its trajectory architectures are played
+    again, every other architecture still replays."""
+    import routers.automem.encoders as encoders
+
+    world, inner = make_evaluator(0)
+    S, V = world.tasks("search"), world.tasks("validation")
+    calls = []
+
+    def counting(arch, tasks):
+        calls.append(arch.key if arch is not None else None)
+        return inner(arch, tasks)
+
+    monkeypatch.setattr(encoders, "UNIT_VERSIONS", {})  # the code before versions
+    old = run_random(counting, S, V, budget=8, seed=0, trace_path=tmp_path / "r.json")
+    played = {p["arch"] for p in old["evaluations"]}
+    assert any("trajectory" in a for a in played) and any("trajectory" not in a for a in played)
+    monkeypatch.undo()
+    calls.clear()
+    run_random(counting, S, V, budget=8, seed=0, trace_path=tmp_path / "r.json")
+    assert calls and all(a is not None and "trajectory" in a.split("|")[0] for a in calls)
+    # the shared store: a record under the unversioned key (how it was written before) replays only without trajectory
+    store = EvaluationStore(tmp_path / "evaluations.jsonl", {"env": "vault"})
+    for arch in (Arch(("trajectory",), "json", "hybrid", "lightweight"), Arch(("tip",), "json", "hybrid", "lightweight")):
+        store.records[_digest([store.settings, arch.key, [t.task_id for t in S]])] = {
+            "arch": arch.key, "batch": "search", "results": [], "failed": False}
+    assert store.get(Arch(("trajectory",), "json", "hybrid", "lightweight"), S) is None
+    assert store.get(Arch(("tip",), "json", "hybrid", "lightweight"), S) is not None
