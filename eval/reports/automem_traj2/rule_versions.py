@@ -13,9 +13,11 @@ import statistics
 import sys
 from pathlib import Path
 
+from routers.io import read_jsonl
+
 
 def _records(path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    return list(read_jsonl(path, required=("id", "arch", "batch", "evaluation")))
 
 
 def compare(old_path, new_path) -> dict:

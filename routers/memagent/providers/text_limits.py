@@ -80,8 +80,8 @@ def render_trajectory(traj: Trajectory, max_words: int = 900, obs_words: int = 6
         return "\n".join(head + steps)
     if keep_actions:
         actions = [f"Step {s.index}: > {s.action}" for s in traj.steps]
-        shown = _ends_first([c - count_words(a) for c, a in zip(cost, actions)],
-                            budget - sum(count_words(a) for a in actions))
+        action_cost = [count_words(a) for a in actions]
+        shown = _ends_first([c - a for c, a in zip(cost, action_cost)], budget - sum(action_cost))
         return "\n".join(head + [steps[i] if i in shown else a for i, a in enumerate(actions)])
     shown = _ends_first(cost, budget)
     n_head = next(i for i in range(len(steps) + 1) if i not in shown)  # the kept prefix; the rest are the tail
