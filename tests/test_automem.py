@@ -122,10 +122,11 @@ def test_diagnosis_maps_failure_modes_to_modules():
              "retrieval_miss": _fail(**{**ev, "evidence_retrieved": False}),
              "judge_rejected": _fail(**{**ev, "evidence_injected": False},
                                      memory={"pool": 3, "retrieved": ["a", "b"], "kept": ["b"], "dropped": ["a"]}),
-             "stale_memory": _fail(**{**ev, "stale_injected": True})}
+             "stale_memory": _fail(**{**ev, "stale_injected": True}),
+             "unusable_form": _fail(**{**ev, "evidence_followed": False, "foreign_injected": 0})}
     for mode, r in cases.items():
         assert scope(r) is None and classify(r) == mode
-    assert FAILURE_MODULE == {"extraction_gap": "encode", "low_quality_extraction": "encode",
+    assert FAILURE_MODULE == {"extraction_gap": "encode", "low_quality_extraction": "encode", "unusable_form": "encode",
                               "retrieval_miss": "retrieve", "judge_rejected": "store", "retrieval_noise": "retrieve",
                               "stale_memory": "manage"}
     assert scope(TaskResult("t", False, error="TimeoutError: tool timed out")) == "timeout"

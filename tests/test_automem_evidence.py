@@ -28,7 +28,7 @@ def test_a_repeat_visit_carries_the_earlier_deliveries_from_its_holder():
     meta = _meta("blue teapot", ["silver ladle", "golden trumpet", "black whisk"])
     assert world_evidence(meta, OBJECTS) == {
         "evidence": ["take silver ladle from coffer", "take black whisk from coffer"],
-        "sources": ["silver ladle", "black whisk"]}
+        "sources": ["silver ladle", "black whisk"], "follow": ["coffer"]}
     assert world_evidence(_meta("silver ladle", [], demonstration=True), OBJECTS) == {}
     assert world_evidence(_meta("golden trumpet", ["silver ladle"]), OBJECTS) == {}       # first at its holder
     moved = _meta("silver ladle", ["black whisk"], moved={"object": "silver ladle", "from": "coffer", "to": "cupboard"})
@@ -52,12 +52,13 @@ def _traj(obj, holder, ok=True):
     return Trajectory(task=Task(f"t-{obj}", GOAL.format(obj, holder)), steps=steps, success=ok)
 
 
-def _failure(task, retrieved_ids, mem):
+def _failure(task, retrieved_ids, mem, actions=("look",), memory=None):
     ev = RolloutEvaluator(env=None, agent=None)
-    r = SimpleNamespace(trajectory=Trajectory(task=task, steps=[TrajectoryStep(0, "Nothing.", "look")],
-                                              success=False), injected_tokens=0)
+    steps = [TrajectoryStep(i, "Nothing.", a) for i, a in enumerate(actions)]
+    r = SimpleNamespace(trajectory=Trajectory(task=task, steps=steps, success=False), injected_tokens=0)
     trace = {"pool": len(mem.items_by_id()), "retrieved": retrieved_ids, "kept": retrieved_ids, "dropped": []}
-    memory = "\n".join(mem.items_by_id()[i].text for i in retrieved_ids)
+    if memory is None:
+        memory = "\n".join(mem.items_by_id()[i].text for i in retrieved_ids)
     return ev._result(task, r, memory, trace, ["take silver ladle from coffer"], mem, 0)
 
 
@@ -103,3 +104,33 @@ def test_the_histogram_names_the_module_and_its_most_frequent_mode_the_edit():
                                      "from": "cbr_rerank"}
     one = diagnose(fails[:5] + fails[5:7])                            # E 5 vs R 2: the larger module wins
     assert (one["module"], one["failure_mode"]) == ("encode", "low_quality_extraction")
+
+
+def test_injected_evidence_the_agent_never_acted_on_is_an_unusable_form_unless_other_tasks_units_sat_beside_it():
+    mem = MemorySystem(Arch(("trajectory",), "json", "hybrid", "lightweight"), encoder=HashEncoder())
+    for obj, holder in [("silver ladle", "coffer"), ("golden trumpet", "locker")]:
+        mem.store(_traj(obj, holder))
+    ids = {it.meta["goal"]: i for i, it in mem.items_by_id().items()}
+    ladle, trumpet = ids[GOAL.format("silver ladle", "coffer")], ids[GOAL.format("golden trumpet", "locker")]
+    meta = _meta("black whisk", ["silver ladle", "golden trumpet"])
+    task = Task("w0-fetch-black_whisk", GOAL.format("black whisk", "coffer"), meta={**meta, **world_evidence(
+        meta, OBJECTS)})
+    alone = _failure(task, [ladle], mem)
+    assert (alone.failure["evidence_followed"], alone.failure["foreign_injected"]) == (False, 0)
+    assert classify(alone) == "unusable_form"
+    reached = _failure(task, [ladle], mem, actions=("go south", "open coffer", "go north"))
+    assert reached.failure["evidence_followed"] and classify(reached) == "unattributed"   # memory did its part
+    beside = _failure(task, [ladle, trumpet], mem)
+    assert beside.failure["foreign_injected"] == 1 and classify(beside) == "retrieval_noise"
+    # a kept unit the word limit cut from the injected text is not beside the evidence
+    cut = _failure(task, [ladle, trumpet], mem, memory=mem.items_by_id()[ladle].text)
+    assert cut.failure["foreign_injected"] == 0 and classify(cut) == "unusable_form"
+    g = diagnose([("a", alone)] * 3 + [("a", beside)], mem.arch)
+    assert (g["module"], g["failure_mode"], g["histogram"]["E"], g["histogram"]["R"]) == (
+        "encode", "unusable_form", 3, 1)
+    assert g["recommended_edit"]["edits"][:3] == [["encode", "+workflow"], ["encode", "+shortcut"],
+                                                  ["encode", "+trajectory"]]
+    # records made before the follow fields existed keep the old rule: one kept unit, no rule fires
+    old = TaskResult(alone.task_id, False, failure={k: v for k, v in alone.failure.items()
+                                                    if k not in ("evidence_followed", "foreign_injected")})
+    assert classify(old) == "unattributed"

@@ -3,6 +3,7 @@ one (evaluations are replayed by architecture: ``routers.automem.trace``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -85,3 +86,44 @@ def test_results_recorded_with_an_older_rule_are_not_replayed(tmp_path, monkeypa
             "arch": arch.key, "batch": "search", "results": [], "failed": False}
     assert store.get(Arch(("trajectory",), "json", "hybrid", "lightweight"), S) is None
     assert store.get(Arch(("tip",), "json", "hybrid", "lightweight"), S) is not None
+
+
+def test_records_of_an_older_evaluator_replay_for_random_search_but_not_for_the_diagnosis(tmp_path):
+    """A store written before failures recorded ``evidence_followed``: random search (accuracy only) replays it,
+    AutoMem plays its search-batch memory evaluations again (its diagnosis reads the new fields) and both then
+    replay the new record; the old record stays in the file."""
+    from routers.automem import run_automem
+    from routers.automem.evaluate import RECORD_VERSION
+
+    world, inner = make_evaluator(0)
+    S, V = world.tasks("search"), world.tasks("validation")
+    path = tmp_path / "evaluations.jsonl"
+    store = EvaluationStore(path, {"env": "vault"})
+    run_random(inner, S, V, budget=4, seed=0, store=store)
+    # rewrite every record as an old evaluator wrote it: under its bare key
+    old = {k.split(":r")[0]: v for k, v in store.records.items()}
+    path.write_text("".join(json.dumps({"id": k, "evaluation": v}) + "\n" for k, v in old.items()))
+    assert RECORD_VERSION == 2 and all(":r" not in k for k in old)
+    calls = []
+
+    def counting(arch, tasks):
+        calls.append((arch.key if arch is not None else None, tuple(t.task_id for t in tasks) == tuple(
+            t.task_id for t in S)))
+        return inner(arch, tasks)
+
+    again = run_random(counting, S, V, budget=4, seed=0, store=EvaluationStore(path, {"env": "vault"}))
+    assert calls == [] and again["shared"] > 0
+    store = EvaluationStore(path, {"env": "vault"})
+    a = run_automem(counting, S, V, budget=4, k=2, seed=0, store=store)
+    stored = {(v["arch"], v["batch"] == "search") for v in old.values()}
+    # played again: the stored memory evaluations of the search batch; replayed: the baselines and validations
+    overlap = {(p["arch"], True) for p in a["evaluations"]} & stored
+    assert overlap and overlap <= set(calls)            # the seeded round 1 random search had played, for one
+    assert a["shared"] > 0 and (None, True) not in calls
+    arch = Arch.parse(next(arch for arch, on_search in calls if on_search))
+    assert store.get(arch, S) is not None and store.get(arch, S, RECORD_VERSION) is not None
+    reopened = EvaluationStore(path, {"env": "vault"})
+    assert len(reopened.records) == len(old) + len(calls)
+    calls.clear()
+    run_automem(counting, S, V, budget=4, k=2, seed=0, store=reopened)
+    assert calls == []

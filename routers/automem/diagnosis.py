@@ -11,6 +11,7 @@ mode                        module  signal
 ==========================  ======  ==========================================================================
 extraction_gap              E       the evidence was seen but no unit holds it and none was written from its source
 low_quality_extraction      E       units were written from the evidence's source, but none kept the evidence
+unusable_form               E       injected with no other task's unit beside it, yet the agent never acted on it
 retrieval_miss              R       the evidence is in the pool but was not retrieved
 judge_rejected              S       retrieved, then dropped by the injection judge (the record's form fails it)
 retrieval_noise             R       injected, but buried among other units (or truncated away)
@@ -20,6 +21,13 @@ stale_memory                M       an outdated version of the evidence was inje
 Without evidence annotations the trace alone decides (empty pool: extraction gap; nothing retrieved: miss;
 all dropped: judge-rejected; else noise); the persistent-world suite's repeat visits are annotated
 (``routers.automem.evidence``). A diagnosis LLM (optional) relabels failures that resist the rules.
+
+When the evidence was injected, the paper's Encode mode "compressed into an unusable form" and the Retrieve mode
+"poorly injected" both fit; records that say whether the agent acted where the evidence leads (``follow``) tell them
+apart: it did (and still failed): unattributed, not memory's failure; it did not, and units of other tasks were
+injected beside the evidence: retrieval noise; it did not with only the evidence's own units in context: the form is
+what failed (``unusable_form``), so the edit is a procedural form closer to the agent's actions -- the numbered
+``workflow`` first, then the ``shortcut`` macro and the grounded ``trajectory`` -- and fewer declarative units.
 """
 
 from __future__ import annotations
@@ -32,7 +40,8 @@ from typing import Sequence
 from routers.automem.evaluate import TaskResult
 from routers.automem.space import Arch, MODULE_LETTER
 
-FAILURE_MODULE = {"extraction_gap": "encode", "low_quality_extraction": "encode", "retrieval_miss": "retrieve",
+FAILURE_MODULE = {"extraction_gap": "encode", "low_quality_extraction": "encode", "unusable_form": "encode",
+                  "retrieval_miss": "retrieve",
                   "judge_rejected": "store", "retrieval_noise": "retrieve", "stale_memory": "manage"}
 OUT_OF_SCOPE = ("tool_error", "timeout", "no_experience", "stale_withheld", "unattributed")
 _TIMEOUT = re.compile(r"timeout|timed out|budget", re.IGNORECASE)
@@ -42,6 +51,8 @@ EDITS = {
     "extraction_gap": [("encode", "+trajectory"), ("encode", "+insight"), ("encode", "+tip"), ("encode", "+workflow")],
     "low_quality_extraction": [("encode", "+trajectory"), ("encode", "-workflow"), ("encode", "-shortcut"),
                                ("encode", "-tip")],
+    "unusable_form": [("encode", "+workflow"), ("encode", "+shortcut"), ("encode", "+trajectory"),
+                      ("encode", "-insight"), ("encode", "-tip")],
     "retrieval_miss": [("retrieve", "hybrid"), ("retrieve", "cbr_rerank"), ("store", "hybrid"),
                        ("retrieve", "graph"), ("retrieve", "hyde")],
     "judge_rejected": [("store", "hybrid"), ("store", "json"), ("store", "llm_graph")],
@@ -82,6 +93,10 @@ def classify(result: TaskResult) -> str:
                 else "retrieval_noise"
         if f.get("stale_injected"):
             return "stale_memory"
+        if "evidence_followed" in f:
+            if f["evidence_followed"]:
+                return "unattributed"
+            return "retrieval_noise" if f.get("foreign_injected") else "unusable_form"
         return "retrieval_noise" if len(mem.get("kept", [])) > 1 else "unattributed"
     if not mem.get("pool"):
         return "extraction_gap"

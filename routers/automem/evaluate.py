@@ -9,7 +9,10 @@ Per task it records success, tokens (injected memory tokens + memory-side LLM ca
 failure info the diagnosis reads: the rollout error / timeout, the memory trace (pool size, retrieved, judge
 kept / dropped ids) and, when the environment names them in ``task.meta`` (``evidence``: strings the task
 needs; ``stale``: outdated versions), whether the evidence was ever seen in a stored trajectory, is in the
-pool, was retrieved, injected, and whether a stale version was injected.
+pool, was retrieved, injected, and whether a stale version was injected; with ``follow`` (strings an action names
+when the agent goes where the evidence leads) also whether the agent acted on it and how many injected units came
+from other tasks than the evidence's sources (``RECORD_VERSION`` 2: what the diagnosis needs to tell noise from a
+unit in a form the agent could not act on).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from routers.automem.space import Arch
 from routers.logs import get_logger
 
 log = get_logger(__name__)
+RECORD_VERSION = 2  # 2: failures with ``follow`` evidence record evidence_followed / foreign_injected
 
 
 @dataclass
@@ -50,6 +54,12 @@ class EvaluateFn(Protocol):
 def _has(text: str, needles: Sequence[str]) -> bool:
     low = (text or "").lower()
     return any(n.lower() in low for n in needles)
+
+
+def _shown(unit_text: str, memory: str) -> bool:
+    """Whether a kept unit made it into the injected text (the word limit may cut the last ones)."""
+    head = " ".join((unit_text or "").split()[:12])  # units of one world share their first words
+    return bool(head) and head in " ".join(memory.split())
 
 
 class RolloutEvaluator:
@@ -121,6 +131,12 @@ class RolloutEvaluator:
                            stale_injected=bool(stale) and _has(memory, stale),
                            source_units=sum(1 for it in items.values() if _has(it.meta.get("goal", ""),
                                                                                meta.get("sources") or [])))
+            follow = list(meta.get("follow") or [])
+            if follow:  # record v2: did the agent act where the evidence leads, and what else was injected?
+                shown = [items[i] for i in trace.get("kept", []) if i in items and _shown(items[i].text, memory)]
+                failure.update(evidence_followed=any(_has(s.action, follow) for s in traj.steps),
+                               foreign_injected=sum(1 for it in shown if not _has(it.meta.get("goal", ""),
+                                                                                    meta.get("sources") or [])))
         tokens = r.injected_tokens + llm_calls * 200
         return TaskResult(task_id=task.task_id, success=bool(traj.success), tokens=int(tokens),
                           pattern=task_pattern(task), steps=len(traj.steps), error=traj.error, failure=failure)

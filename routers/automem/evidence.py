@@ -3,9 +3,10 @@ the route (seed 003 §4.3 reads evidence ids; without them every failure with in
 
 A repeat visit ("find the black whisk in the coffer") is decided by the route of an earlier delivery from the same
 holder in the same world: its evidence is that delivery's action text ("take silver ladle from coffer"; object
-names are unique to a world and site), its sources the earlier objects (a unit written from their episodes).
-``RolloutEvaluator`` then records ``evidence_in_pool / retrieved / injected`` per failure and the diagnosis tells
-extraction gaps, retrieval misses, judge rejections and noise apart. Moved-object tasks get none: their route was
+names are unique to a world and site), its sources the earlier objects (a unit written from their episodes), and
+``follow`` the holder (an agent that acted on it followed the route). ``RolloutEvaluator`` then records
+``evidence_in_pool / retrieved / injected / followed`` per failure and the diagnosis tells extraction gaps, retrieval
+misses, judge rejections, noise and units the agent could not act on apart. Moved-object tasks get none: their route was
 never seen (out of scope; the guards decide them), and neither do first visits or unseen worlds' first tasks.
 """
 
@@ -15,7 +16,8 @@ from typing import Mapping, Sequence
 
 
 def world_evidence(meta: Mapping, objects: Mapping[str, str]) -> dict:
-    """``{"evidence": [...], "sources": [...]}`` of one world task (empty when memory holds no route for it).
+    """``{"evidence": [...], "sources": [...], "follow": [holder]}`` of one world task (empty when memory holds no
+    route for it).
     ``objects``: the world's object -> holder map."""
     holder = meta.get("holder")
     if meta.get("family") != "fetch" or meta.get("demonstration") or meta.get("moved") or not holder:
@@ -23,7 +25,7 @@ def world_evidence(meta: Mapping, objects: Mapping[str, str]) -> dict:
     earlier = [o for o in meta.get("delivered") or [] if objects.get(o) == holder]
     if not earlier:
         return {}
-    return {"evidence": [f"take {o} from {holder}" for o in earlier], "sources": earlier}
+    return {"evidence": [f"take {o} from {holder}" for o in earlier], "sources": earlier, "follow": [holder]}
 
 
 def annotate_world_tasks(env, tasks: Sequence) -> int:

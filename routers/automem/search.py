@@ -146,7 +146,7 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
           "search_tasks": [t.task_id for t in search_tasks], "val_tasks": [t.task_id for t in val_tasks],
           "proposer": getattr(proposer, "name", "rule"), "final_validate": final_validate,
           **({"stagnation": stagnation} if stagnation else {}), **(fingerprint or {})}
-    rt = Runtime(evaluate, trace_path, fp, "automem", resume, store)
+    rt = Runtime(evaluate, trace_path, fp, "automem", resume, store, diagnosed_batch="search")
     proposer = proposer or RuleProposer()
     rng = random.Random(seed)
     base_s = rt.run(None, search_tasks, "search")

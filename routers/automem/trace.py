@@ -7,7 +7,8 @@ seed and the evaluation results). A trace written with other settings is refused
 task batch and the rollout options, not on which method or seed asked for it, so AutoMem, random search and every
 seed of one search directory replay one another's identical evaluations (the no-memory baselines, the seeded
 random round 1, architectures both methods reach) instead of playing them again. Each trace still records every
-evaluation it used, and the budget still counts them all."""
+evaluation it used, and the budget still counts them all. A record made by an older evaluator (``RECORD_VERSION``:
+fewer failure fields) still replays for random search, which reads only accuracy; AutoMem plays it again."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from routers.automem.encoders import versioned_key
-from routers.automem.evaluate import EvaluateFn, Evaluation, run_evaluation
+from routers.automem.evaluate import RECORD_VERSION, EvaluateFn, Evaluation, run_evaluation
 from routers.automem.space import Arch
 from routers.io import ResumableJsonlWriter, read_jsonl
 from routers.logs import get_logger
@@ -33,6 +34,11 @@ class TraceMismatch(ValueError):
 
 def _key(arch: Arch | None, batch: str) -> str:
     return f"{batch}::{versioned_key(arch) if arch is not None else 'none'}"
+
+
+def _versioned(key: str, version: int) -> str:
+    """A store id: records of the first version keep their bare key, so stores written before versions replay."""
+    return key if version <= 1 else f"{key}:r{version}"
 
 
 def _digest(obj) -> str:
@@ -54,14 +60,20 @@ class EvaluationStore:
     def key(self, arch: Arch | None, tasks: Sequence) -> str:
         return _digest([self.settings, versioned_key(arch) if arch is not None else None, [t.task_id for t in tasks]])
 
-    def get(self, arch: Arch | None, tasks: Sequence) -> Evaluation | None:
-        rec = self.records.get(self.key(arch, tasks))
-        return None if rec is None else Evaluation.from_dict(rec)
+    def get(self, arch: Arch | None, tasks: Sequence, min_version: int = 1) -> Evaluation | None:
+        """The newest stored record at or above ``min_version`` (``RECORD_VERSION``: what the evaluator records per
+        failure); a caller that reads only accuracy takes any, the diagnosis needs the current fields."""
+        key = self.key(arch, tasks)
+        for version in range(RECORD_VERSION, min_version - 1, -1):
+            rec = self.records.get(_versioned(key, version))
+            if rec is not None:
+                return Evaluation.from_dict(rec)
+        return None
 
     def put(self, arch: Arch | None, tasks: Sequence, ev: Evaluation) -> None:
         if ev.failed:
             return
-        key = self.key(arch, tasks)
+        key = _versioned(self.key(arch, tasks), RECORD_VERSION)
         self.records[key] = ev.to_dict()
         self.writer.write({"id": key, "arch": arch.key if arch is not None else None, "batch": ev.batch,
                            "evaluation": self.records[key]})
@@ -73,9 +85,10 @@ class Runtime:
     ``wall_s`` adds this process's time to what the trace had recorded (a replay does not reset it to ~0)."""
 
     def __init__(self, evaluate: EvaluateFn, trace_path=None, fingerprint: dict | None = None, method: str = "automem",
-                 resume: str = "auto", store: EvaluationStore | None = None):
+                 resume: str = "auto", store: EvaluationStore | None = None, diagnosed_batch: str | None = None):
         self.evaluate = evaluate
         self.store = store
+        self.diagnosed_batch = diagnosed_batch  # its memory evaluations need the current record's failure fields
         self.shared = 0
         self.path = Path(trace_path) if trace_path else None
         self.fingerprint = fingerprint or {}
@@ -113,7 +126,8 @@ class Runtime:
         rec = self.cache.get(key)
         fresh = rec is None
         if fresh:
-            ev = self.store.get(arch, tasks) if self.store is not None else None
+            need = RECORD_VERSION if arch is not None and batch == self.diagnosed_batch else 1
+            ev = self.store.get(arch, tasks, need) if self.store is not None else None
             if ev is None:
                 self.calls += 1
                 ev = run_evaluation(self.evaluate, arch, tasks, batch)
