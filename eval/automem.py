@@ -28,9 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eval.automem_picks import mean_std, summarize_rule
+from routers.base import git_revision, library_versions
 from routers.config import make_arg_parser, parse_config, save_resolved_config
 from routers.io import OutputLock, atomic_write_json
 from routers.logs import get_logger, setup_cli_logging
+from routers.machine import machine_info, played_on
 from routers.memagent.rollout import RolloutConfig
 
 log = get_logger(__name__)
@@ -207,8 +209,10 @@ def _held_out(evaluator, arch_key, tasks, store=None) -> dict:
             store.put(arch, tasks, ev)
     # wall time as the store keeps it (4 decimals): a replay then reports the very number the first run did
     # (rounding 0.00049 s to 3 decimals gave 0.0, its stored 0.0005 gave 0.001)
+    # played_on: the machine the (possibly replayed) evaluation ran on -- held-out numbers repeat on one CPU only
     return {"arch": arch_key, "accuracy": ev.accuracy, "tokens": ev.tokens, "failed": ev.failed, "error": ev.error,
-            "wall_s": ev.to_dict()["seconds"], "n": len(ev.results), "by_family": accuracy_by_family(ev.results, tasks)}
+            "wall_s": ev.to_dict()["seconds"], "n": len(ev.results), "by_family": accuracy_by_family(ev.results, tasks),
+            "played_on": store.played_on(arch, tasks) if store is not None else played_on()}
 
 
 def differing_rollout_options(cfg: AutomemEvalConfig, search_dir) -> dict:
@@ -261,7 +265,8 @@ def run(cfg: AutomemEvalConfig, evaluator=None, env=None) -> dict:
     out = Path(cfg.output_dir)
     results: dict = {"schema_version": 1, "search_dir": cfg.search_dir, "test_split": cfg.test_split,
                      "n_test": len(tasks), "warmup_split": cfg.warmup_split, "seeds": {},
-                     "options_differing_from_search": {k: list(v) for k, v in diff.items()}}
+                     "options_differing_from_search": {k: list(v) for k, v in diff.items()},
+                     "machine": machine_info(), "versions": library_versions(), "git_revision": git_revision()}
     with OutputLock(out):
         save_resolved_config(out, cfg)
         store = held_out_store(cfg, out, evaluator)

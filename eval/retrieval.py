@@ -31,8 +31,6 @@ import csv
 import io
 import json
 import math
-import os
-import platform
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -43,6 +41,7 @@ import numpy as np
 
 from data_synthesis.corpora import load_corpus
 from routers.io import OutputLock, atomic_write_json, atomic_write_text
+from routers.machine import machine_info
 from eval.score_cache import ResultCache, content_hash, model_identity, ranking_field
 from routers.base import git_revision, library_versions
 from routers.memory.index import VectorIndex
@@ -299,13 +298,6 @@ def bar_chart(results: dict, columns: Sequence[str], path, title: str = "Evidenc
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize="small", ncol=min(len(names), 5), loc="upper left")
     return save_figure(fig, path)
-
-
-def machine_info() -> dict:
-    import torch
-
-    return {"platform": platform.platform(), "machine": platform.machine(), "processor": platform.processor(),
-            "python": platform.python_version(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads()}
 
 
 def run(cfg: RetrievalEvalConfig, encoders: Mapping[str, object] | None = None) -> dict:

@@ -27,7 +27,6 @@ import gc
 import json
 import math
 import os
-import platform
 import sys
 import time
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from tqdm.auto import tqdm
 
 from routers.io import OutputLock, RecordError, atomic_write_json, atomic_write_text, read_jsonl
 from routers.logs import get_logger, setup_cli_logging
+from routers.machine import machine_info
 from data_synthesis.sufficiency_samples import read_samples
 from eval.metrics import (DEFAULT_TAUS, MIN_CALIBRATION_PER_CLASS, MIN_CALIBRATION_SAMPLES, binary_metrics,
                           calibrate_threshold, calibration_refusal, finite_or_none, threshold_metrics)
@@ -163,18 +163,6 @@ def _calibrate(labels, scores, target_precision, target_early_termination) -> di
     if target_precision is not None:
         return calibrate_threshold(labels, scores, target_precision=target_precision)
     return None
-
-
-def machine_info() -> dict:
-    info = {"platform": platform.platform(), "machine": platform.machine(), "processor": platform.processor(),
-            "python": platform.python_version(), "cpu_count": os.cpu_count()}
-    try:
-        import torch
-
-        info["cuda"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    except Exception:  # noqa: BLE001 - machine info is best effort
-        pass
-    return info
 
 
 def score_records(router, records: list[dict], batch_size: int, cache=None, model_key: str | None = None,

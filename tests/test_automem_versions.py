@@ -127,3 +127,50 @@ def test_records_of_an_older_evaluator_replay_for_random_search_but_not_for_the_
     calls.clear()
     run_automem(counting, S, V, budget=4, k=2, seed=0, store=reopened)
     assert calls == []
+
+
+def test_each_stored_evaluation_says_where_it_was_played_and_older_records_say_nothing(tmp_path, monkeypatch):
+    """Greedy rollouts repeat on one CPU only (a held-out result of one architecture differed by 3 of 42 tasks
+    between two machines), so a replayed number must carry the machine it came from."""
+    import routers.automem.trace as trace
+    from routers.machine import machine_info, played_on
+
+    world, inner = make_evaluator(0)
+    S, V = world.tasks("search"), world.tasks("validation")
+    path = tmp_path / "evaluations.jsonl"
+    store = EvaluationStore(path, {"env": "vault"})
+    run_random(inner, S, V, budget=2, seed=0, store=store)
+    here = played_on()
+    assert "torch" in here and machine_info()["cpu_model"] in here
+    assert store.played_on(None, S) == here
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines and all(r["played_on"] == here for r in lines)
+    # a record played elsewhere replays with that machine's name; one written before provenance with None
+    monkeypatch.setattr(trace, "played_on", lambda: "Other CPU [avx2]; torch 2.0")
+    other = EvaluationStore(tmp_path / "other.jsonl", {"env": "vault"})
+    other.put(None, S, store.get(None, S))
+    reopened = EvaluationStore(tmp_path / "other.jsonl", {"env": "vault"})
+    assert reopened.played_on(None, S) == "Other CPU [avx2]; torch 2.0"
+    bare = [{k: v for k, v in r.items() if k != "played_on"} for r in lines]
+    path.write_text("".join(json.dumps(r) + "\n" for r in bare))
+    old = EvaluationStore(path, {"env": "vault"})
+    assert old.get(None, S) is not None and old.played_on(None, S) is None
+    assert old.played_on(Arch.parse("workflow|json|hybrid|json_full"), S) is None  # never played: None too
+
+
+def test_cpu_model_reads_the_model_name_and_the_flags_that_change_kernels(monkeypatch):
+    import builtins
+    import io
+
+    import routers.machine as machine
+
+    cpuinfo = "processor\t: 0\nmodel name\t: Some EPYC 9999\nflags\t\t: fpu sse avx2 fma avx512f amx_tile\n"
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda p, *a, **k: io.StringIO(cpuinfo) if p == "/proc/cpuinfo"
+                        else real_open(p, *a, **k))
+    machine.cpu_model.cache_clear()
+    try:
+        assert machine.cpu_model() == "Some EPYC 9999 [avx2 fma avx512f amx_tile]"
+    finally:
+        monkeypatch.undo()
+        machine.cpu_model.cache_clear()

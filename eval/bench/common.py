@@ -12,13 +12,12 @@ import gc
 import importlib
 import math
 import operator
-import os
-import platform
 import statistics
 import traceback
 from dataclasses import dataclass, field
 from typing import Callable
 
+from routers.machine import machine_info
 from routers.models import DEFAULT_CAUSAL_LM
 
 SCHEMA_VERSION = 1
@@ -102,17 +101,6 @@ def error_entry(name: str, err: BaseException, kind: str = "error") -> dict:
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
-def machine_info(device: str) -> dict:
-    import torch  # torch only when a benchmark runs (`memroute bench --help` stays fast)
-
-    info = {"platform": platform.platform(), "machine": platform.machine(), "processor": platform.processor(),
-            "python": platform.python_version(), "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "device": device}
-    if device.startswith("cuda") and torch.cuda.is_available():
-        info["device_name"] = torch.cuda.get_device_name(torch.device(device))
-    return info
-
-
 def sync(device: str) -> None:
     import torch
 

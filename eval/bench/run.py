@@ -48,7 +48,7 @@ def _markdown_header(cfg: BenchConfig, envelope: dict, device: str) -> str:
     versions = ", ".join(f"{k} {v[k]}" for k in ("python", "torch", "transformers", "peft", "accelerate",
                                                   "sentence-transformers") if k in v)
     return (f"# memroute benchmarks\n\n- machine: {m['platform']}, {m['cpu_count']} CPUs, torch threads "
-            f"{m['torch_threads']}, device {device}{' (' + m['device_name'] + ')' if m.get('device_name') else ''}\n"
+            f"{m['torch_threads']}, device {device}{' (' + m['cuda'] + ')' if m.get('cuda') else ''}\n"
             f"- versions: {versions}; git {envelope['git_revision'] or 'n/a'}\n"
             f"- model: {cfg.router or cfg.model_name_or_path}; data: {data_info.get('source')} "
             f"({data_info.get('n_samples', 0)} samples)\n"

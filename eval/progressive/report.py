@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
-import platform
 from dataclasses import asdict
 from typing import Sequence
 
@@ -16,6 +14,7 @@ import torch
 from eval.progressive.cache import build_key, question_key, with_routers
 from eval.progressive.config import BASE, PAPER_TAUS, PATHS, TRAINED, ProgressiveEvalConfig
 from routers.base import git_revision, library_versions
+from routers.machine import machine_info
 
 
 def _mean(xs) -> float | None:
@@ -264,12 +263,6 @@ def split_stats(records: Sequence[dict], failures: Sequence[dict]) -> dict:
 
 
 # -- metrics.json ------------------------------------------------------------------------------------------
-def machine_info() -> dict:
-    return {"platform": platform.platform(), "python": platform.python_version(), "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
-
-
 def split_rows(cfg: ProgressiveEvalConfig, selection, cache: dict, rids: dict, h: str,
                failures: dict[str, list[dict]]) -> tuple[dict, dict, dict]:
     """Per split: the rows, the counts (:func:`split_stats`) and the prefix sufficiency, from the cache."""

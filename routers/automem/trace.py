@@ -22,6 +22,7 @@ from routers.automem.evaluate import RECORD_VERSION, EvaluateFn, Evaluation, run
 from routers.automem.space import Arch
 from routers.io import ResumableJsonlWriter, read_jsonl
 from routers.logs import get_logger
+from routers.machine import played_on
 
 log = get_logger(__name__)
 TRACE_FORMAT = "memroute.automem.trace"
@@ -55,7 +56,9 @@ class EvaluationStore:
         self.path = Path(path)
         self.settings = _digest(settings)
         self.writer = ResumableJsonlWriter(self.path, key="id", on_duplicate="skip")  # repairs a cut tail first
-        self.records = {r["id"]: r["evaluation"] for r in read_jsonl(self.path, required=("id", "evaluation"))}
+        lines = list(read_jsonl(self.path, required=("id", "evaluation")))
+        self.records = {r["id"]: r["evaluation"] for r in lines}
+        self.origin = {r["id"]: r.get("played_on") for r in lines}  # None: a record from before provenance
 
     def key(self, arch: Arch | None, tasks: Sequence) -> str:
         return _digest([self.settings, versioned_key(arch) if arch is not None else None, [t.task_id for t in tasks]])
@@ -63,20 +66,27 @@ class EvaluationStore:
     def get(self, arch: Arch | None, tasks: Sequence, min_version: int = 1) -> Evaluation | None:
         """The newest stored record at or above ``min_version`` (``RECORD_VERSION``: what the evaluator records per
         failure); a caller that reads only accuracy takes any, the diagnosis needs the current fields."""
+        found = self._newest(arch, tasks, min_version)
+        return None if found is None else Evaluation.from_dict(self.records[found])
+
+    def played_on(self, arch: Arch | None, tasks: Sequence, min_version: int = 1) -> str | None:
+        """Where the record :meth:`get` returns was played (``routers.machine.played_on``): greedy rollouts repeat
+        exactly on one machine, not across CPUs, so a replayed number says whose it is."""
+        found = self._newest(arch, tasks, min_version)
+        return None if found is None else self.origin.get(found)
+
+    def _newest(self, arch, tasks, min_version: int) -> str | None:
         key = self.key(arch, tasks)
-        for version in range(RECORD_VERSION, min_version - 1, -1):
-            rec = self.records.get(_versioned(key, version))
-            if rec is not None:
-                return Evaluation.from_dict(rec)
-        return None
+        return next((k for v in range(RECORD_VERSION, min_version - 1, -1)
+                     if (k := _versioned(key, v)) in self.records), None)
 
     def put(self, arch: Arch | None, tasks: Sequence, ev: Evaluation) -> None:
         if ev.failed:
             return
         key = _versioned(self.key(arch, tasks), RECORD_VERSION)
-        self.records[key] = ev.to_dict()
+        self.records[key], self.origin[key] = ev.to_dict(), played_on()
         self.writer.write({"id": key, "arch": arch.key if arch is not None else None, "batch": ev.batch,
-                           "evaluation": self.records[key]})
+                           "played_on": self.origin[key], "evaluation": self.records[key]})
 
 
 class Runtime:
