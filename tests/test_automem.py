@@ -293,6 +293,9 @@ def test_train_and_eval_jobs_on_the_planted_world(tmp_path, monkeypatch):
     row = res["seeds"]["0"]
     assert row["no_memory"]["accuracy"] is not None and row["automem"]["accuracy"] is not None
     assert row["random"]["accuracy"] is not None
+    from routers.machine import played_on  # where each number came from: held-out rollouts repeat on one CPU only
+    assert res["machine"]["cpu_model"] and "torch" in res["versions"]
+    assert all(system["played_on"] == played_on() for system in row.values())
     for system in row.values():  # per-family accuracy: the vault's scout / unlock tasks, weighted back to the whole
         fam = system["by_family"]
         assert set(fam) == {"scout", "unlock"} and sum(f["n"] for f in fam.values()) == system["n"]
