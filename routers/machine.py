@@ -44,6 +44,7 @@ def machine_info(device: str | None = None) -> dict:
         import torch
 
         info["torch_threads"] = torch.get_num_threads()
+        info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()  # ATen's kernel level (ATEN_CPU_CAPABILITY)
         cuda = torch.cuda.is_available() and (device is None or str(device).startswith("cuda"))
         info["cuda"] = torch.cuda.get_device_name(torch.device(device) if device else 0) if cuda else None
     except Exception:  # noqa: BLE001 - machine info is best effort (a broken CUDA setup must not fail a report)
@@ -54,10 +55,11 @@ def machine_info(device: str | None = None) -> dict:
 
 
 def played_on() -> str:
-    """The short provenance a stored evaluation carries: CPU model and torch version."""
+    """The short provenance a stored evaluation carries: CPU model, torch version and the kernel level ATen runs
+    (``ATEN_CPU_CAPABILITY=avx2`` lowers it, e.g. to repeat a number played on an AVX2-only machine)."""
     try:
         import torch
 
-        return f"{cpu_model()}; torch {torch.__version__}"
+        return f"{cpu_model()}; torch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()} kernels)"
     except ImportError:
         return cpu_model()
