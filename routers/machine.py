@@ -1,8 +1,8 @@
 """Which machine produced a number: results files and stored evaluations carry it.
 
 Greedy rollouts of a small LM are deterministic on one machine but not across machines: a different CPU (or kernel
-set: AVX2 vs AVX-512, bf16 support) rounds a logit differently, a near tie flips, and one held-out task of 42
-changes. A number replayed from a store played elsewhere therefore has to say where it was played.
+set: AVX2 vs AVX-512, bf16 support) rounds a logit differently, near ties flip, and held-out tasks change (3 of 42 for one AutoMem
+system). A number replayed from a store played elsewhere therefore has to say where it was played.
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ def machine_info(device: str | None = None) -> dict:
 
 def played_on() -> str:
     """The short provenance a stored evaluation carries: CPU model, torch version and the kernel level ATen runs
-    (``ATEN_CPU_CAPABILITY=avx2`` lowers it, e.g. to repeat a number played on an AVX2-only machine)."""
+    (``ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2`` on an AVX-512 machine repeated an AVX2 machine's
+    held-out numbers exactly: configs/automem/README.md)."""
     try:
         import torch
 
