@@ -1,8 +1,8 @@
 """Which machine produced a number: results files and stored evaluations carry it.
 
 Greedy rollouts of a small LM are deterministic on one machine but not across machines: a different CPU (or kernel
-set: AVX2 vs AVX-512, bf16 support) rounds a logit differently, near ties flip, and held-out tasks change (3 of 42 for one AutoMem
-system). A number replayed from a store played elsewhere therefore has to say where it was played.
+set: AVX2 vs AVX-512, bf16 support) rounds a logit differently, near ties flip, and held-out tasks change (3 of 42
+for one AutoMem system). A number replayed from a store played elsewhere therefore has to say where it was played.
 """
 
 from __future__ import annotations
