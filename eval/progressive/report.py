@@ -9,8 +9,6 @@ import io
 from dataclasses import asdict
 from typing import Sequence
 
-import torch
-
 from eval.progressive.cache import build_key, question_key, with_routers
 from eval.progressive.config import BASE, PAPER_TAUS, PATHS, TRAINED, ProgressiveEvalConfig
 from routers.base import git_revision, library_versions
