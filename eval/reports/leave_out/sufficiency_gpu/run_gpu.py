@@ -156,7 +156,8 @@ def main(argv=None) -> None:
                     "--train_file", str(mix_train), "--output_dir", str(g / "train"), "--export_dir", str(g / "router"),
                     "--seed", str(seed)]))
         for _, name, argv in sorted(jobs, key=lambda j: j[0]):
-            pool.add(name, argv)
+            if not exported(Path(argv[argv.index("--export_dir") + 1])):  # a rerun trains only what is missing
+                pool.add(name, argv)
         summary["runs"]["A"] = pool.run(args.budget_a, args.deadline_a)
         # -- phase B: the leave-out evaluator, reusing the routers ---------------------------------------------
         pool = Pool(work / "logs", 16)
