@@ -66,7 +66,8 @@ def _job(recipe: str) -> str:
 BY_FILE = {"sufficiency/synth/mix_all.yaml": "data_synthesis.mix",
            "sufficiency/synth/mix_cpu.yaml": "data_synthesis.mix",
            "sufficiency/synth/mix_matched.yaml": "data_synthesis.mix",
-           "sufficiency/synth/mix_default.yaml": "data_synthesis.mix"}
+           "sufficiency/synth/mix_default.yaml": "data_synthesis.mix",
+           "sufficiency/synth/mix_default_large.yaml": "data_synthesis.mix"}
 
 
 def _parser(recipe: str):
