@@ -20,7 +20,7 @@ from pathlib import Path
 def seed_stats(trace: dict) -> dict:
     evals = [e for e in trace["evaluations"] if e.get("round", 0) > 1]  # round 1: the shared random draw
     grads = trace.get("gradients") or []
-    reviewed = [g for g in grads if "cross_source_agreement" in g]
+    reviewed = [g for g in grads if g.get("cross_source_agreement") is not None]  # rounds with failures
     return {"origins_after_round1": dict(Counter(e.get("origin") for e in evals)),
             "rejected_invalid": trace.get("rejected_invalid"),
             "rounds_with_gradient": sum(1 for g in grads if g.get("failure_mode")),
