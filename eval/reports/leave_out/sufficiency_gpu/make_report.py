@@ -113,14 +113,16 @@ def main() -> None:
     summary = json.loads((HERE / "summary.json").read_text())
     cpu = json.loads((HERE.parent / "sufficiency_default" / "leave_out.json").read_text())
     runs = json.loads((HERE / "train_runs.json").read_text())
-    run_lines = ["| router | samples (skipped > 1,024 tokens) | steps | train s | last-5 loss |", "|---|---|---|---|---|"]
+    run_lines = ["| router | samples (skipped > 1,024 tokens) | steps | train s | last-5 loss |",
+                 "|---|---|---|---|---|"]
     run_lines += [f"| {name} | {r['samples']} ({r['skipped_too_long']}) | {r['steps']} | {r['train_runtime_s']} | "
                   f"{r['last5_loss']} |" for name, r in runs.items()]
     m = summary.get("machine", {})
     text = (f"# Leave-one-corpus-out, GPU recipe\n\nMachine: {m.get('cuda')} ({m.get('cpu_model')}); versions: "
             f"{json.dumps(summary.get('versions'))}.\n\nHeld-out AUROC:\n\n" + table(summary, cpu)
             + "\nCalibration travel (target stop-precision 0.9; seed 0):\n\n" + calibration(summary)
-            + "\nTrainings (each alone on the trainer's clock, several sharing the GPU):\n\n" + "\n".join(run_lines) + "\n")
+            + "\nTrainings (each alone on the trainer's clock, several sharing the GPU):\n\n"
+            + "\n".join(run_lines) + "\n")
     (HERE / "report.md").write_text(text)
     plot(summary, HERE / "leave_out_gpu.png")
     print(text)

@@ -15,7 +15,8 @@ manifest; seeds default 0):
 Writes ``$OUT/summary.json`` (per corpus AUROCs, per run wall seconds and exit codes, machine, versions) and
 ``$OUT/results.tgz`` (reports, scores, logs, trainer states; no weights), also when a phase runs out of time.
 
-    python eval/reports/leave_out/sufficiency_gpu/run_gpu.py default=outputs/leave_out_default/mix/train.manifest.json@0,1
+    python eval/reports/leave_out/sufficiency_gpu/run_gpu.py \
+        default=outputs/leave_out_default/mix/train.manifest.json@0,1
 """
 
 from __future__ import annotations
@@ -121,7 +122,8 @@ def main(argv=None) -> None:
     mixes = {}
     for item in args.mixes:
         tag, manifest, seeds = parse_mix(item)
-        mixes[tag] = {"manifest": manifest, "seeds": seeds, "sources": corpus_sources(LeaveOutConfig(manifest=manifest))}
+        sources = corpus_sources(LeaveOutConfig(manifest=manifest))
+        mixes[tag] = {"manifest": manifest, "seeds": seeds, "sources": sources}
     summary = {"config": vars(args), "mixes": {t: {"manifest": m["manifest"], "seeds": m["seeds"],
                                                    "corpora": sorted(m["sources"]), "results": {}}
                                                for t, m in mixes.items()}, "runs": {}}
@@ -146,7 +148,8 @@ def main(argv=None) -> None:
                     root = work / tag / f"lo_{c}" / c
                     if i == 0:
                         info = write_train_without("sufficiency", m["sources"], c, root / "train_without.jsonl", seed=0)
-                        summary["mixes"][tag]["results"].setdefault(c, {})["train_without_samples"] = info.get("samples")
+                        row = summary["mixes"][tag]["results"].setdefault(c, {})
+                        row["train_without_samples"] = info.get("samples")
                     run = root if i == 0 else root / f"seed{seed}"
                     jobs.append((i, f"{tag}_without_{c}_s{seed}", train + [
                         "--train_file", str(root / "train_without.jsonl"), "--output_dir", str(run / "train"),
