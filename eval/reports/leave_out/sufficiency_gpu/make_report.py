@@ -53,7 +53,7 @@ def table(summary: dict, cpu: dict) -> str:
             cpu_txt = f"{fmt(auroc(cpu_row, 'without'))} / {fmt(auroc(cpu_row, 'in_corpus'))}" if cpu_row else ""
             n = r.get("base", {}).get("n")
             over = r.get("base", {}).get("n_over_budget")
-            lines.append(f"| {tag} ({sum(x for x in [r.get('train_without_samples')] if x)} without C) | {c} | "
+            lines.append(f"| {tag} ({r.get('train_without_samples')} without C) | {c} | "
                          f"{n}{f' ({over} over budget)' if over else ''} | {fmt(auroc(r, 'base'))} | {s} "
                          f"({fmt(mean)}) | {mean - auroc(r, 'base'):+.3f} | {fmt(auroc(r, 'in_corpus'))} / {fmt(g1)} | "
                          f"{cpu_txt} |")
