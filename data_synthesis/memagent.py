@@ -167,7 +167,8 @@ def fingerprint(cfg: ForcedExplorationConfig) -> dict:  # world options / a copy
     fp = {k: getattr(cfg, k) for k in FINGERPRINT_FIELDS + (WORLD_OPTIONS if cfg.env != "textworld" else ())
           + (("memory_prior",) if cfg.memory_prior else ())}
     defaults = {f.name: f.default_factory() if f.default_factory is not MISSING else f.default for f in fields(cfg)}
-    for key in ("world_moved_to", "world_moved_object"):  # added later: at their default, as before, old runs resume
+    # added later: at their default, as before, old runs resume
+    for key in ("world_moved_to", "world_moved_object", "worlds_train_unseen"):
         if key in fp and fp[key] == defaults[key]:
             del fp[key]
     return fp

@@ -128,7 +128,7 @@ def test_diagnosis_maps_failure_modes_to_modules():
         assert scope(r) is None and classify(r) == mode
     assert FAILURE_MODULE == {"extraction_gap": "encode", "low_quality_extraction": "encode", "unusable_form": "encode",
                               "retrieval_miss": "retrieve", "judge_rejected": "store", "retrieval_noise": "retrieve",
-                              "stale_memory": "manage"}
+                              "stale_memory": "manage", "memory_misled": "retrieve"}
     assert scope(TaskResult("t", False, error="TimeoutError: tool timed out")) == "timeout"
     assert scope(TaskResult("t", False, error="RuntimeError: browser tool crashed")) == "tool_error"
     assert scope(_fail(**{**ev, "evidence_seen": False})) == "no_experience"
@@ -140,6 +140,23 @@ def test_diagnosis_maps_failure_modes_to_modules():
     assert g["confidence"] == "high" and g["evidence_ids"] == ["t"]
     assert g["recommended_edit"]["from"] == "lightweight" and ["manage", "json_full"] in g["recommended_edit"]["edits"]
     assert diagnose([("a", TaskResult("x", False, error="TimeoutError"))])["module"] is None
+
+
+def test_memory_that_broke_a_task_the_no_memory_agent_solved_is_memory_misled():
+    """Without the baseline, a failure whose evidence was never stored is out of scope; with it, injected memory on a
+    task the no-memory agent solved is memory's failure (an unseen world's first task, a moved object)."""
+    unseen = _fail(evidence_seen=False, evidence_in_pool=False, injected_words=40)
+    plain = _fail(injected_words=40)                     # no evidence annotations: the trace alone decides
+    nothing_shown = _fail(injected_words=0)
+    assert scope(unseen) == "no_experience" and classify(plain) == "retrieval_noise"
+    base = {"t": True}
+    g = diagnose([("a", unseen), ("a", plain), ("a", nothing_shown)], Arch(("workflow",), "json", "hybrid",
+                                                                        "lightweight"), baseline=base)
+    assert g["modes"] == {"memory_misled": 2, "retrieval_noise": 1} and g["failure_mode"] == "memory_misled"
+    assert g["module"] == "retrieve" and g["recommended_edit"]["edits"][0] == ["retrieve", "cbr_rerank"]
+    g0 = diagnose([("a", unseen), ("a", plain)], baseline={"t": False})   # the baseline failed too: as before
+    assert g0["modes"] == {"retrieval_noise": 1} and g0["out_of_scope"] == {"no_experience": 1}
+    assert diagnose([("a", unseen), ("a", plain)]) == g0
 
 
 def test_ledger_status_transitions_under_differential_validation():
@@ -355,6 +372,29 @@ def test_split_keeps_a_world_together_and_plain_tasks_shuffled():
     plain = [SimpleNamespace(task_id=str(i), meta={}) for i in range(10)]
     s2, v2 = split_tasks(plain, 4, 3)
     assert len(s2) == 4 and len(v2) == 3 and not set(map(id, s2)) & set(map(id, v2))
+
+
+def test_split_deals_worlds_without_own_memory_to_both_batches():
+    """Training-only unseen worlds (no sibling, no demonstration) go one to search, one to validation, whatever the
+    shuffle; the seen worlds fill the rest as before."""
+    from types import SimpleNamespace
+
+    from train.automem import split_tasks
+
+    def world(w, fresh, n):
+        return [SimpleNamespace(task_id=f"{w}-{j}", meta={"world_id": w, "sibling": None if fresh or j == 0 else
+                                                          f"{w}-0", "demonstration": not fresh and j == 0})
+                for j in range(n)]
+
+    tasks = world("s0", False, 4) + world("s1", False, 4) + world("s2", False, 4) + world("s3", False, 4) \
+        + world("u0", True, 3) + world("u1", True, 3)
+    for seed in range(8):
+        search, val = split_tasks(tasks, 7, 7, seed=seed)
+        worlds = lambda ts: [t.meta["world_id"] for t in ts]  # noqa: E731
+        assert len(search) == len(val) == 7 and not set(map(id, search)) & set(map(id, val))
+        assert sum(w.startswith("u") for w in set(worlds(search))) == 1
+        assert sum(w.startswith("u") for w in set(worlds(val))) == 1
+        assert search == sorted(search, key=tasks.index)
 
 
 def test_demonstrations_are_stored_but_not_scored():

@@ -134,3 +134,14 @@ def test_injected_evidence_the_agent_never_acted_on_is_an_unusable_form_unless_o
     old = TaskResult(alone.task_id, False, failure={k: v for k, v in alone.failure.items()
                                                     if k not in ("evidence_followed", "foreign_injected")})
     assert classify(old) == "unattributed"
+
+
+def test_an_unseen_worlds_later_task_carries_the_sites_earlier_tasks():
+    """In an unseen world nothing is delivered and no task has a sibling: the evidence of a site's later task is
+    what the agent's own earlier episodes there took (out of scope when none of them did)."""
+    meta = _meta("blue teapot", [], sibling=None)
+    assert world_evidence(meta, OBJECTS) == {
+        "evidence": ["take silver ladle from coffer", "take black whisk from coffer"],
+        "sources": ["silver ladle", "black whisk"], "follow": ["coffer"]}
+    assert world_evidence(_meta("silver ladle", [], sibling=None), OBJECTS) == {}      # the site's first task
+    assert world_evidence(_meta("black whisk", [], sibling="w0-fetch-silver_ladle"), OBJECTS) == {}  # seen world

@@ -545,6 +545,42 @@ def test_measured_suites_are_generated_exactly_as_when_measured(mode, digest):
     assert _suite_digest(cfg) == digest
 
 
+def test_train_unseen_worlds_are_training_tasks_of_the_unseen_kind_and_move_nothing_else():
+    """Training tasks with nothing of their own world in memory at the first visit: no sibling, no demonstration,
+    the held-out budget, nothing delivered; appended after the other worlds, which stay exactly as they were (same
+    tasks, same cache key)."""
+    from routers.memagent.worlds_env import suite_key
+
+    base = dict(n_seen=3, n_unseen=1, demonstrations=True, train_moved=1, train_repeats=1)
+    old_worlds, old_tasks = build_suite(WorldConfig(**base))
+    worlds, tasks = build_suite(WorldConfig(**base, train_unseen=2))
+    assert [t.to_dict() for t in tasks[:len(old_tasks)]] == [t.to_dict() for t in old_tasks]
+    assert [w.to_dict() for w in worlds[:len(old_worlds)]] == [w.to_dict() for w in old_worlds]
+    new = tasks[len(old_tasks):]
+    cfg = WorldConfig(**base)
+    assert len(new) == 2 * cfg.n_sites * cfg.site_objects and {t.split for t in new} == {"train"}
+    assert all(t.sibling is None and not t.demonstration and not t.delivered and t.family == "fetch" for t in new)
+    assert all(t.budget == step_budget(t.optimal_steps, cfg.budget_factor, cfg.budget_slack) for t in new)
+    assert {w.seed for w in worlds[len(old_worlds):]} == {2 * UNSEEN_SEED_OFFSET, 2 * UNSEEN_SEED_OFFSET + 1}
+    assert suite_key(WorldConfig(**base, train_unseen=0)) == suite_key(WorldConfig(**base))
+    assert suite_key(WorldConfig(**base, train_unseen=2)) != suite_key(WorldConfig(**base))
+    assert RolloutConfig(env="textworld_worlds", worlds_train_unseen=2).worlds_train_unseen == 2
+    with pytest.raises(ValueError, match="worlds_train_unseen"):
+        RolloutConfig(env="textworld_worlds", worlds_train_unseen=-1)
+
+
+def test_a_manifest_written_before_train_unseen_existed_still_loads(tmp_path):
+    cfg = WorldConfig(**TINY)
+    suite = WorldSuite(cache_dir=tmp_path, config=cfg, compile_fn=fake_compile)
+    path = suite.dir / "manifest.json"
+    suite.manifest()
+    data = json.loads(path.read_text())
+    del data["config"]["train_unseen"]
+    path.write_text(json.dumps(data))
+    assert len(WorldSuite(cache_dir=tmp_path, config=cfg, compile_fn=fake_compile).manifest()["tasks"]) == len(
+        data["tasks"])
+
+
 def test_twenty_seen_worlds_keep_every_site_noun_unique():
     cfg = WorldConfig(n_seen=20, n_unseen=2, moved_object="spare", demonstrations=True, train_moved=2,
                       moved_to=["cupboard", "drawer", "hamper"])

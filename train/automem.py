@@ -89,22 +89,37 @@ class AutomemTrainConfig(RolloutConfig):
         check_resume_value(self.resume)
 
 
+def _meta(task) -> dict:
+    return getattr(task, "meta", None) or {}
+
+
 def split_tasks(tasks: list, n_search: int, n_val: int, seed: int = 42) -> tuple[list, list]:
     """Disjoint search / validation batches from a fixed shuffle (original order kept inside each batch).
 
     Tasks that share a world (``meta["world_id"]``, the persistent-world suite) are shuffled as whole worlds, so a
     repeat visit is never separated from the first visit whose memory it needs; batches are filled world by world
-    and cut at ``n_search`` / ``n_val``."""
+    and cut at ``n_search`` / ``n_val``. Worlds without memory of their own (no task with a ``sibling`` or a
+    ``demonstration``: the ``worlds_train_unseen`` ones) are dealt in turn to search and validation first, so each
+    batch holds the task kind that held-out unseen worlds pose."""
     if len(tasks) < n_search + n_val:
         raise ValueError(f"{len(tasks)} tasks cannot fill n_search={n_search} + n_val={n_val}")
     groups: dict = {}
     for i, t in enumerate(tasks):
-        groups.setdefault((getattr(t, "meta", None) or {}).get("world_id", i), []).append(i)
+        groups.setdefault(_meta(t).get("world_id", i), []).append(i)
     keys = list(groups)
     random.Random(seed).shuffle(keys)
-    idx = [i for k in keys for i in groups[k]]
-    s, v = sorted(idx[:n_search]), sorted(idx[n_search:n_search + n_val])
-    return [tasks[i] for i in s], [tasks[i] for i in v]
+    own = [k for k in keys if any(_meta(tasks[i]).get("sibling") or _meta(tasks[i]).get("demonstration")
+                                  for i in groups[k])]
+    fresh = [k for k in keys if k not in own and isinstance(k, str)] if own else []  # else: as before
+    rest = [k for k in keys if k not in fresh]
+
+    def flat(ks) -> list[int]:
+        return [i for k in ks for i in groups[k]]
+
+    s = (flat(fresh[0::2]) + flat(rest))[:n_search]
+    taken = set(s)
+    v = (flat(fresh[1::2]) + [i for i in flat(rest) if i not in taken])[:n_val]
+    return [tasks[i] for i in sorted(s)], [tasks[i] for i in sorted(v)]
 
 
 def build_evaluator(cfg, env=None, agent=None):
@@ -196,6 +211,8 @@ def evaluation_settings(cfg) -> dict:
     options and the memory systems' options; not the search's own (method, seed, budget) nor thread counts.
     ``cfg``: the search's or the held-out evaluation's config (both carry these fields)."""
     keep = {f.name for f in fields(RolloutConfig)} - {"torch_threads"}
+    if not getattr(cfg, "worlds_train_unseen", 0):  # added later: stores written before it keep their key
+        keep.discard("worlds_train_unseen")
     return {**{k: v for k, v in asdict(cfg).items() if k in keep}, "memory_llm": cfg.memory_llm,
             "retriever": cfg.retriever, "memory_k": cfg.memory_k, "memory_words": cfg.memory_words,
             "memory_guards": cfg.memory_guards, **route_guard_setting(cfg)}

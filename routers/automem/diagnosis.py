@@ -16,7 +16,12 @@ retrieval_miss              R       the evidence is in the pool but was not retr
 judge_rejected              S       retrieved, then dropped by the injection judge (the record's form fails it)
 retrieval_noise             R       injected, but buried among other units (or truncated away)
 stale_memory                M       an outdated version of the evidence was injected
+memory_misled               R       memory was injected and the task failed, where the no-memory agent solved it
 ==========================  ======  ==========================================================================
+
+``memory_misled`` needs the no-memory baseline's results on the same batch (``diagnose(..., baseline=...)``) and
+comes before the scope gate's ``no_experience``: memory that holds nothing of the task's world (an unseen world's
+first tasks, a moved object) can still change the outcome, for the worse, and that is memory's failure.
 
 Without evidence annotations the trace alone decides (empty pool: extraction gap; nothing retrieved: miss;
 all dropped: judge-rejected; else noise); the persistent-world suite's repeat visits are annotated
@@ -35,14 +40,15 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from routers.automem.evaluate import TaskResult
 from routers.automem.space import Arch, MODULE_LETTER
 
 FAILURE_MODULE = {"extraction_gap": "encode", "low_quality_extraction": "encode", "unusable_form": "encode",
                   "retrieval_miss": "retrieve",
-                  "judge_rejected": "store", "retrieval_noise": "retrieve", "stale_memory": "manage"}
+                  "judge_rejected": "store", "retrieval_noise": "retrieve", "stale_memory": "manage",
+                  "memory_misled": "retrieve"}
 OUT_OF_SCOPE = ("tool_error", "timeout", "no_experience", "stale_withheld", "unattributed")
 _TIMEOUT = re.compile(r"timeout|timed out|budget", re.IGNORECASE)
 
@@ -60,6 +66,9 @@ EDITS = {
                         ("encode", "-shortcut"), ("encode", "-insight")],
     "stale_memory": [("manage", "json_full"), ("manage", "graph_consolidate"), ("manage", "lightweight"),
                      ("store", "llm_graph"), ("store", "json")],
+    # inject less, or less that the agent copies: a reranking judge, then fewer route-copying units
+    "memory_misled": [("retrieve", "cbr_rerank"), ("encode", "-trajectory"), ("encode", "-shortcut"),
+                      ("retrieve", "mmr"), ("encode", "-workflow")],
 }
 
 
@@ -107,9 +116,17 @@ def classify(result: TaskResult) -> str:
     return "retrieval_noise"
 
 
+def misled(result: TaskResult, baseline: Mapping[str, bool] | None) -> bool:
+    """Injected memory, a failure, and the no-memory agent solved the task (``baseline``: task id -> success)."""
+    f = result.failure or {}
+    return bool(baseline and baseline.get(result.task_id) and not result.success and not result.error
+                and not f.get("timeout") and f.get("injected_words"))
+
+
 def diagnose(failures: Sequence[tuple[str, TaskResult]], arch: Arch | None = None, llm=None,
-             max_llm_traces: int = 4) -> dict:
-    """The round's textual gradient from ``(arch_key, result)`` pairs of failed tasks. Returns
+             max_llm_traces: int = 4, baseline: Mapping[str, bool] | None = None) -> dict:
+    """The round's textual gradient from ``(arch_key, result)`` pairs of failed tasks (``baseline``: the no-memory
+    agent's success per task id, for ``memory_misled``). Returns
     ``{module, letter, failure_mode, evidence_ids, confidence, recommended_edit, histogram, modes,
     out_of_scope, n_failures, cross_source_agreement}`` (module None when nothing is in scope)."""
     modes: Counter = Counter()
@@ -118,9 +135,9 @@ def diagnose(failures: Sequence[tuple[str, TaskResult]], arch: Arch | None = Non
     for arch_key, r in failures:
         if r.success:
             continue
-        why = scope(r)
+        why = None if misled(r, baseline) else scope(r)
         if why is None:
-            mode = classify(r)
+            mode = "memory_misled" if misled(r, baseline) else classify(r)
             if mode == "unattributed":
                 why = mode
             else:

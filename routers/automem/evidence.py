@@ -6,8 +6,10 @@ holder in the same world: its evidence is that delivery's action text ("take sil
 names are unique to a world and site), its sources the earlier objects (a unit written from their episodes), and
 ``follow`` the holder (an agent that acted on it followed the route). ``RolloutEvaluator`` then records
 ``evidence_in_pool / retrieved / injected / followed`` per failure and the diagnosis tells extraction gaps, retrieval
-misses, judge rejections, noise and units the agent could not act on apart. Moved-object tasks get none: their route was
-never seen (out of scope; the guards decide them), and neither do first visits or unseen worlds' first tasks.
+misses, judge rejections, noise and units the agent could not act on apart. In an unseen world (nothing delivered,
+no sibling) a site's later tasks get the earlier tasks' objects of the same site: the agent's own episodes there (out
+of scope by the diagnosis when none of them took its object). Moved-object tasks get none: their route was never seen
+(out of scope; the guards decide them), and neither do first visits or unseen worlds' first tasks.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ def world_evidence(meta: Mapping, objects: Mapping[str, str]) -> dict:
     if meta.get("family") != "fetch" or meta.get("demonstration") or meta.get("moved") or not holder:
         return {}
     earlier = [o for o in meta.get("delivered") or [] if objects.get(o) == holder]
+    if not earlier and not meta.get("sibling"):  # an unseen world: the site's objects played before this one
+        site = [o for o, h in objects.items() if h == holder]
+        obj = meta.get("object")
+        earlier = site[:site.index(obj)] if obj in site else []
     if not earlier:
         return {}
     return {"evidence": [f"take {o} from {holder}" for o in earlier], "sources": earlier, "follow": [holder]}

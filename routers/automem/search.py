@@ -226,7 +226,8 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
         if lead and (round_ % val_every == 0 or len(points) >= budget) \
                 and all(v["arch"] != lead_key for v in validations):
             validations.append(_validate(rt, lead_key, val_tasks, base_v, round_, lead))
-        gradient = diagnose(failures, Arch.parse(lead_key) if lead_key else None, diagnosis_llm)
+        gradient = diagnose(failures, Arch.parse(lead_key) if lead_key else None, diagnosis_llm,
+                            baseline={r.task_id: r.success for r in base_s.results})
         gradient["round"] = round_
         gradients.append(gradient)
         rt.save(state())

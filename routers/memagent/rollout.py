@@ -1,8 +1,7 @@
 """MemAgent rollouts, shared by forced exploration (``data_synthesis.memagent``) and evaluation (``eval.memagent``).
 
-* :class:`RolloutConfig`: the environment, task agent and provider runtime options (forced exploration's
-  ``ForcedExplorationConfig`` inherits them; evaluation rebuilds the same runtime from an exploration
-  directory's config).
+* :class:`RolloutConfig`: the environment, task agent and provider runtime options (``ForcedExplorationConfig``
+  inherits them; evaluation rebuilds the same runtime from an exploration directory's config).
 * the builders: :func:`build_env`, :func:`build_agent`, :func:`build_providers_from`, :func:`token_counter`,
   :func:`short_term_factory`, :func:`build_context`.
 * :func:`rollout`: one task played through ``run_episode``, with a fixed Begin option and In policy (exploration)
@@ -34,7 +33,8 @@ EXPLORATION_FIELDS = ("id", "task_id", "begin_provider", "in_policy", "success",
 OUTCOME_FIELDS = tuple(f for f in EXPLORATION_FIELDS if f not in ("id", "trajectory"))
 ENVS = ("textworld", "textworld_worlds")
 # the options that define a textworld_worlds suite (part of a forced-exploration run's resume fingerprint)
-WORLD_OPTIONS = ("env", "worlds_seen", "worlds_unseen", "world_rooms", "world_sites", "world_site_objects", "world_moved",
+WORLD_OPTIONS = ("env", "worlds_seen", "worlds_unseen", "worlds_train_unseen", "world_rooms", "world_sites",
+                 "world_site_objects", "world_moved",
                  "world_min_site_depth", "budget_factor", "budget_slack", "train_budget_factor", "world_actions",
                  "worlds_manifest", "world_train_repeats", "world_goal_names_holder", "world_train_moved",
                  "world_demonstrations", "world_unique_objects", "world_moved_to", "world_moved_object")
@@ -62,6 +62,7 @@ class RolloutConfig:
     # env textworld_worlds (routers.memagent.worlds.WorldConfig; world seeds start at env_seed)
     worlds_seen: int = field(default=6, metadata={"help": "worlds with training tasks"})
     worlds_unseen: int = field(default=2, metadata={"help": "worlds with held-out tasks only"})
+    worlds_train_unseen: int = field(default=0, metadata={"help": "training-only unseen worlds (no demonstrations)"})
     world_rooms: int = 8
     world_sites: int = field(default=3, metadata={"help": "containers holding task objects, one room each"})
     world_site_objects: int = field(default=3, metadata={"help": "objects per site: 1 training + the rest held out"})
@@ -145,14 +146,13 @@ def world_config(cfg: RolloutConfig):
 
     from routers.memagent.worlds import WorldConfig
 
-    names = {"seed": "env_seed", "n_seen": "worlds_seen", "n_unseen": "worlds_unseen", "n_rooms": "world_rooms",
-             "n_sites": "world_sites", "site_objects": "world_site_objects", "train_repeats": "world_train_repeats",
-             "goal_names_holder": "world_goal_names_holder",
-             "n_moved": "world_moved", "train_moved": "world_train_moved", "demonstrations": "world_demonstrations",
-             "unique_objects": "world_unique_objects", "moved_to": "world_moved_to",
-             "moved_object": "world_moved_object",
-             "min_site_depth": "world_min_site_depth", "budget_factor": "budget_factor", "budget_slack": "budget_slack",
-             "train_budget_factor": "train_budget_factor"}
+    names = {"seed": "env_seed", "n_seen": "worlds_seen", "n_unseen": "worlds_unseen", "train_unseen":
+             "worlds_train_unseen", "n_rooms": "world_rooms", "n_sites": "world_sites", "site_objects":
+             "world_site_objects", "train_repeats": "world_train_repeats",
+             "goal_names_holder": "world_goal_names_holder", "n_moved": "world_moved", "train_moved":
+             "world_train_moved", "demonstrations": "world_demonstrations", "unique_objects": "world_unique_objects",
+             "moved_to": "world_moved_to", "moved_object": "world_moved_object", "min_site_depth":
+             "world_min_site_depth", **{k: k for k in ("budget_factor", "budget_slack", "train_budget_factor")}}
     try:
         return WorldConfig(**{k: getattr(cfg, v) for k, v in names.items()})
     except ValueError as err:  # name this config's options, not WorldConfig's

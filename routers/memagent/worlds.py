@@ -13,7 +13,9 @@ the container is named, so a memory of that container's episode is findable from
 
 * ``fetch``: bring an object from its site to the hub table. In a *seen* world one object per site is a
   training task; the site's other objects are held-out tasks with that training task as ``sibling`` (new goal,
-  same route, same container). Objects of *unseen* worlds are held-out tasks without a sibling.
+  same route, same container). Objects of *unseen* worlds are held-out tasks without a sibling; those of the
+  ``train_unseen`` worlds are training tasks of the same kind (no demonstration, the held-out budget), so that a
+  search or a router's training data holds tasks where no memory of the world exists at its first visit.
 * ``moved`` (changed world, adversarial memory): the object of a training task, in a variant of its world
   where that object now lies in a container of the hub (``moved_to``, the cupboard by default; several names
   rotate over the moved tasks: the family is not one fixed word of the goal, though hub containers still appear
@@ -68,6 +70,7 @@ class WorldConfig:
     seed: int = 0
     n_seen: int = 6               # worlds with training tasks (+ held-out new goals / moved tasks)
     n_unseen: int = 2             # worlds with held-out tasks only
+    train_unseen: int = 0         # worlds with training tasks only, played as unseen worlds' are (no demonstrations)
     n_rooms: int = 8              # including the hub
     n_sites: int = 3              # containers holding task objects, one per room
     site_objects: int = 3         # objects per site: 1 training task + (site_objects - 1) held-out per seen site
@@ -87,7 +90,7 @@ class WorldConfig:
     train_budget_factor: float = 3.0   # training tasks are first visits: room to explore (and succeed, and be stored)
 
     def __post_init__(self):
-        for name in ("n_seen", "n_unseen", "n_moved", "train_moved"):
+        for name in ("n_seen", "n_unseen", "train_unseen", "n_moved", "train_moved"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.n_rooms < 2 or self.n_rooms > len(ROOMS) + 1:
@@ -96,11 +99,12 @@ class WorldConfig:
             raise ValueError(f"n_sites must be in [1, n_rooms - 1], got {self.n_sites} (n_rooms={self.n_rooms})")
         if self.site_objects < 1 or self.n_sites * self.site_objects + self.n_rooms > len(NOUNS):
             raise ValueError(f"site_objects must be >= 1 and n_sites * site_objects + n_rooms <= {len(NOUNS)}")
-        sites, per = (int(self.n_seen) + int(self.n_unseen)) * self.n_sites, CATEGORY_SIZE // max(1, self.site_objects)
+        sites = (int(self.n_seen) + int(self.n_unseen) + int(self.train_unseen)) * self.n_sites
+        per = CATEGORY_SIZE // max(1, self.site_objects)
         if self.unique_objects and sites > len(OBJECT_CATEGORIES) * per:
-            raise ValueError(f"unique_objects: (n_seen + n_unseen) * n_sites = {sites} sites, but the object "
-                             f"categories hold {len(OBJECT_CATEGORIES) * per} sites of {self.site_objects} objects; "
-                             "use fewer worlds, sites or site_objects, or unique_objects false")
+            raise ValueError(f"unique_objects: (n_seen + n_unseen + train_unseen) * n_sites = {sites} sites, but "
+                             f"the object categories hold {len(OBJECT_CATEGORIES) * per} sites of {self.site_objects} "
+                             "objects; use fewer worlds, sites or site_objects, or unique_objects false")
         if not 0 <= self.train_repeats < self.site_objects:
             raise ValueError(f"train_repeats must be in [0, site_objects - 1], got {self.train_repeats} "
                              f"(site_objects={self.site_objects})")
@@ -313,10 +317,10 @@ def walkthrough(world: WorldSpec, obj: str, holder: str) -> list[str]:
 
 
 def _task(cfg: WorldConfig, world: WorldSpec, family: str, split: str, obj: str, holder: str,
-          sibling: str | None, moved: dict | None = None) -> TaskSpec:
+          sibling: str | None, moved: dict | None = None, seen: bool = True) -> TaskSpec:
     slug = obj.replace(" ", "_")
     wt = walkthrough(world, obj, holder)
-    first_visit = split == "train" and sibling is None
+    first_visit = seen and split == "train" and sibling is None  # an unseen world's tasks are never demonstrations
     goal = goal_text(world, obj, holder if cfg.goal_names_holder else None)
     return TaskSpec(task_id=f"{world.world_id}-{family}-{slug}", world_id=world.world_id, family=family,
                     split=split, goal=goal, object=obj, holder=holder,
@@ -326,8 +330,12 @@ def _task(cfg: WorldConfig, world: WorldSpec, family: str, split: str, obj: str,
                     demonstration=first_visit and cfg.demonstrations)
 
 
-def world_tasks(cfg: WorldConfig, world: WorldSpec, seen: bool) -> list[TaskSpec]:
+def world_tasks(cfg: WorldConfig, world: WorldSpec, seen: bool, unseen_split: str = "heldout") -> list[TaskSpec]:
     """A world's tasks in a fixed order (site by site; moved tasks last).
+
+    An unseen world's tasks are all ``unseen_split`` ("train" for the ``train_unseen`` worlds): no sibling, no
+    demonstration, the held-out budget, nothing delivered; only what the agent itself stores within the world (or
+    another world's memory) can help it.
 
     Per seen site: the first object is a training first visit (roomy budget), the next ``train_repeats`` are
     training repeat visits (sibling = the first visit, held-out budget: episodes where memory decides the
@@ -341,7 +349,8 @@ def world_tasks(cfg: WorldConfig, world: WorldSpec, seen: bool) -> list[TaskSpec
         for i, obj in enumerate(objs):
             train = seen and i <= cfg.train_repeats
             sib = None if (i == 0 or not seen) else first[box].task_id
-            t = _task(cfg, world, "fetch", "train" if train else "heldout", obj, box, sib)
+            split = ("train" if train else "heldout") if seen else unseen_split
+            t = _task(cfg, world, "fetch", split, obj, box, sib, seen=seen)
             if seen and i == 0:
                 first[box] = t
             out.append(t)
@@ -366,19 +375,22 @@ def world_tasks(cfg: WorldConfig, world: WorldSpec, seen: bool) -> list[TaskSpec
     return out
 
 
-def world_seeds(cfg: WorldConfig) -> list[tuple[int, bool]]:
-    """(seed, seen) for every world: seen seeds ``seed + i``, unseen ``seed + UNSEEN_SEED_OFFSET + i``."""
-    return ([(cfg.seed + i, True) for i in range(cfg.n_seen)]
-            + [(cfg.seed + UNSEEN_SEED_OFFSET + i, False) for i in range(cfg.n_unseen)])
+def world_seeds(cfg: WorldConfig) -> list[tuple[int, bool, str]]:
+    """(seed, seen, split of an unseen world's tasks) for every world: seen seeds ``seed + i``, unseen
+    ``seed + UNSEEN_SEED_OFFSET + i``, then the ``train_unseen`` ones at ``seed + 2 * UNSEEN_SEED_OFFSET + i`` (after
+    the others: the suite's other worlds keep their index, name and objects)."""
+    return ([(cfg.seed + i, True, "heldout") for i in range(cfg.n_seen)]
+            + [(cfg.seed + UNSEEN_SEED_OFFSET + i, False, "heldout") for i in range(cfg.n_unseen)]
+            + [(cfg.seed + 2 * UNSEEN_SEED_OFFSET + i, False, "train") for i in range(cfg.train_unseen)])
 
 
 def build_suite(cfg: WorldConfig) -> tuple[list[WorldSpec], list[TaskSpec]]:
     """Every world and task of the configuration (pure Python, deterministic, no compilation)."""
     worlds, tasks = [], []
-    for index, (seed, seen) in enumerate(world_seeds(cfg)):
+    for index, (seed, seen, unseen_split) in enumerate(world_seeds(cfg)):
         w = make_world(cfg, seed, index)
         worlds.append(w)
-        tasks += world_tasks(cfg, w, seen)
+        tasks += world_tasks(cfg, w, seen, unseen_split)
     return worlds, tasks
 
 

@@ -54,7 +54,10 @@ class WorldCompileError(RuntimeError):
 
 
 def suite_key(cfg: WorldConfig) -> str:
-    blob = json.dumps(dict(asdict(cfg), generator=GENERATOR_VERSION), sort_keys=True)
+    conf = asdict(cfg)
+    if not conf["train_unseen"]:  # added later: suites without such worlds keep their key (and cached games)
+        del conf["train_unseen"]
+    blob = json.dumps(dict(conf, generator=GENERATOR_VERSION), sort_keys=True)
     return f"worlds-s{cfg.seed}-{hashlib.sha1(blob.encode()).hexdigest()[:10]}"
 
 
@@ -184,7 +187,8 @@ class WorldSuite(GameSession):
         path = self.manifest_path or self.dir / "manifest.json"
         if path.exists():
             data = load_manifest(path)
-            if self.manifest_path is None and data["config"] != asdict(self.config):
+            # through WorldConfig: a manifest written before a field existed holds its default
+            if self.manifest_path is None and asdict(WorldConfig(**data["config"])) != asdict(self.config):
                 raise WorldManifestError(f"{path}: config: does not match this suite's settings")
         else:
             worlds, tasks = build_suite(self.config)
