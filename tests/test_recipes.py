@@ -67,7 +67,8 @@ BY_FILE = {"sufficiency/synth/mix_all.yaml": "data_synthesis.mix",
            "sufficiency/synth/mix_cpu.yaml": "data_synthesis.mix",
            "sufficiency/synth/mix_matched.yaml": "data_synthesis.mix",
            "sufficiency/synth/mix_default.yaml": "data_synthesis.mix",
-           "sufficiency/synth/mix_default_large.yaml": "data_synthesis.mix"}
+           "sufficiency/synth/mix_default_large.yaml": "data_synthesis.mix",
+           "sufficiency/synth/mix_default_full.yaml": "data_synthesis.mix"}
 
 
 def _parser(recipe: str):
