@@ -135,9 +135,10 @@ def diagnose(failures: Sequence[tuple[str, TaskResult]], arch: Arch | None = Non
     for arch_key, r in failures:
         if r.success:
             continue
-        why = None if misled(r, baseline) else scope(r)
+        hurt = misled(r, baseline)
+        why = None if hurt else scope(r)
         if why is None:
-            mode = "memory_misled" if misled(r, baseline) else classify(r)
+            mode = "memory_misled" if hurt else classify(r)
             if mode == "unattributed":
                 why = mode
             else:

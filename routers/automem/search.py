@@ -151,6 +151,7 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
     rng = random.Random(seed)
     base_s = rt.run(None, search_tasks, "search")
     base_v = rt.run(None, val_tasks, "validation")
+    base_ok = {r.task_id: r.success for r in base_s.results}  # memory_misled: what the no-memory agent solved
     ledger, graph = Ledger(), ObservationGraph()
     points: list[dict] = []
     validations, gradients, rejected = [], [], []
@@ -226,8 +227,7 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
         if lead and (round_ % val_every == 0 or len(points) >= budget) \
                 and all(v["arch"] != lead_key for v in validations):
             validations.append(_validate(rt, lead_key, val_tasks, base_v, round_, lead))
-        gradient = diagnose(failures, Arch.parse(lead_key) if lead_key else None, diagnosis_llm,
-                            baseline={r.task_id: r.success for r in base_s.results})
+        gradient = diagnose(failures, Arch.parse(lead_key) if lead_key else None, diagnosis_llm, baseline=base_ok)
         gradient["round"] = round_
         gradients.append(gradient)
         rt.save(state())
