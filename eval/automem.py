@@ -41,7 +41,7 @@ log = get_logger(__name__)
 # the memory-system options a search and its held-out evaluation both set, with the value a config that predates
 # the option ran with (a search resolved before guards existed ran without them)
 MEMORY_OPTIONS = {"memory_llm": None, "retriever": None, "memory_k": 3, "memory_words": 120, "memory_guards": False,
-                  "memory_route_guards": False}
+                  "memory_route_guards": False, "memory_world_guards": False}
 
 
 @dataclass
@@ -62,6 +62,8 @@ class AutomemEvalConfig(RolloutConfig):
                 "search's picks without them (the ablation)"})
     memory_route_guards: bool = field(default=True, metadata={
         "help": "the route guard (as in memroute train automem): also withhold units whose route leads elsewhere"})
+    memory_world_guards: bool = field(default=True, metadata={
+        "help": "the world guard (as in memroute train automem): also withhold units written in another world"})
     score_candidates: int = field(default=0, metadata={
         "help": "also play the N best distinct search candidates (all seeds and methods, by search accuracy; -1: "
                 "every one) held-out and report how search / validation accuracy rank them against held-out "
@@ -326,6 +328,7 @@ def run(cfg: AutomemEvalConfig, evaluator=None, env=None) -> dict:
             save_system_config(out / "memory_system.json", best["arch"], encoder=cfg.encoder, llm=cfg.memory_llm,
                                retriever=cfg.retriever, k=cfg.memory_k, max_words=cfg.memory_words,
                                guards=cfg.memory_guards, route_guards=cfg.memory_route_guards,
+                               world_guards=cfg.memory_world_guards,
                                metrics={"seed": seed, "test_accuracy": best["accuracy"], "test_gain": best["gain"],
                                         "validation_accuracy": best["validation_accuracy"]})
     return results

@@ -86,9 +86,10 @@ def test_guards_are_part_of_the_evaluation_key_and_differ_from_an_older_search(t
     (tmp_path / "resolved_config.yaml").write_text(yaml.safe_dump({"env": "textworld", "memory_k": 3}))  # before guards
     ev = AutomemEvalConfig(search_dir=str(tmp_path), output_dir=str(tmp_path / "e"), env="textworld")
     assert differing_rollout_options(ev, tmp_path) == {"memory_guards": (False, True),
-                                                       "memory_route_guards": (False, True)}
+                                                       "memory_route_guards": (False, True),
+                                                       "memory_world_guards": (False, True)}
     ev_off = AutomemEvalConfig(search_dir=str(tmp_path), output_dir=str(tmp_path / "e"), env="textworld",
-                               memory_guards=False, memory_route_guards=False)
+                               memory_guards=False, memory_route_guards=False, memory_world_guards=False)
     assert differing_rollout_options(ev_off, tmp_path) == {}
 
 
@@ -153,9 +154,10 @@ def test_route_guards_travel_and_key_only_when_on(tmp_path):
     assert "memory_route_guards" not in off and on == {**off, "memory_route_guards": True}   # old keys stay valid
     (tmp_path / "resolved_config.yaml").write_text(yaml.safe_dump({"env": "textworld", "memory_guards": True}))
     ev = AutomemEvalConfig(search_dir=str(tmp_path), output_dir=str(tmp_path / "e"), env="textworld")
-    assert differing_rollout_options(ev, tmp_path) == {"memory_route_guards": (False, True)}
+    assert differing_rollout_options(ev, tmp_path) == {"memory_route_guards": (False, True),
+                                                       "memory_world_guards": (False, True)}
     ev_off = AutomemEvalConfig(search_dir=str(tmp_path), output_dir=str(tmp_path / "e"), env="textworld",
-                               memory_route_guards=False)
+                               memory_route_guards=False, memory_world_guards=False)
     assert differing_rollout_options(ev_off, tmp_path) == {}
 
 

@@ -66,6 +66,9 @@ class AutomemTrainConfig(RolloutConfig):
     memory_route_guards: bool = field(default=True, metadata={
         "help": "also withhold a unit whose successful route took nothing from the place the goal sends its item "
                 "(it leads elsewhere: guards.off_route; failed episodes have no route)"})
+    memory_world_guards: bool = field(default=True, metadata={
+        "help": "also withhold a unit written in another world than the one the goal names ('In <World>, ...': "
+                "guards.other_world); false: the runs before this guard"})
     random_baseline: bool = True
     export_seed: int | None = None
     resume: str = "auto"
@@ -143,7 +146,8 @@ def build_evaluator(cfg, env=None, agent=None):
         llm = make_backend(cfg.memory_llm)
     return env, RolloutEvaluator(env, agent, encoder=as_encoder(encoder), llm=llm, max_steps=cfg.max_steps,
                                  count_tokens=token_counter(agent), k=cfg.memory_k, max_words=cfg.memory_words,
-                                 guards=cfg.memory_guards, route_guards=cfg.memory_route_guards)
+                                 guards=cfg.memory_guards, route_guards=cfg.memory_route_guards,
+                                 world_guards=cfg.memory_world_guards)
 
 
 def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
@@ -166,7 +170,7 @@ def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
     out = Path(cfg.output_dir)
     fp = {"env": cfg.env, "agent": cfg.agent, "agent_model": cfg.agent_model, "memory_llm": cfg.memory_llm,
           "retriever": cfg.retriever, "memory_k": cfg.memory_k, "memory_words": cfg.memory_words,
-          "memory_guards": cfg.memory_guards, **route_guard_setting(cfg)}
+          "memory_guards": cfg.memory_guards, **guard_settings(cfg)}
     summary = {"schema_version": 1, "config": asdict(cfg), "seeds": {}}
     with OutputLock(out):
         save_resolved_config(out, cfg)
@@ -200,7 +204,7 @@ def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
             save_system_config(out / "memory_system.json", best["arch"], encoder=cfg.encoder, llm=cfg.memory_llm,
                                retriever=cfg.retriever, metrics={"seed": export_seed, **best},
                                k=cfg.memory_k, max_words=cfg.memory_words, guards=cfg.memory_guards,
-                               route_guards=cfg.memory_route_guards)
+                               route_guards=cfg.memory_route_guards, world_guards=cfg.memory_world_guards)
         summary["export"] = str(out / "memory_system.json") if best else None
         atomic_write_json(out / "summary.json", summary)
     return summary
@@ -215,13 +219,13 @@ def evaluation_settings(cfg) -> dict:
         keep.discard("worlds_train_unseen")
     return {**{k: v for k, v in asdict(cfg).items() if k in keep}, "memory_llm": cfg.memory_llm,
             "retriever": cfg.retriever, "memory_k": cfg.memory_k, "memory_words": cfg.memory_words,
-            "memory_guards": cfg.memory_guards, **route_guard_setting(cfg)}
+            "memory_guards": cfg.memory_guards, **guard_settings(cfg)}
 
 
-def route_guard_setting(cfg) -> dict:
-    """The route guard in a fingerprint / store key only when on: the runs before it (``--memory_route_guards
-    false``) keep their keys and replay."""
-    return {"memory_route_guards": True} if cfg.memory_route_guards else {}
+def guard_settings(cfg) -> dict:
+    """The route and world guards in a fingerprint / store key only when on: the runs before them
+    (``--memory_route_guards false``, ``--memory_world_guards false``) keep their keys and replay."""
+    return {name: True for name in ("memory_route_guards", "memory_world_guards") if getattr(cfg, name)}
 
 
 def _brief(trace: dict) -> dict:

@@ -3,7 +3,7 @@ histogram and the textual gradient ``(module, evidence ids, confidence, recommen
 
 Scope gate (rule): a rollout error (tool / agent / LLM) or a timeout is out of scope; so is a failure whose
 evidence never appeared in any stored experience (memory could not have changed it), and one where the guards
-(avoid_when, route) withheld every retrieved unit (``stale_withheld``: the agent ran as without memory). Failure
+(avoid_when, route, world) withheld every retrieved unit (``stale_withheld``: the agent ran as without memory). Failure
 modes, from the memory trace (``TaskResult.failure``):
 
 ==========================  ======  ==========================================================================
@@ -82,7 +82,8 @@ def scope(result: TaskResult) -> str | None:
     if f.get("evidence_seen") is False:
         return "no_experience"
     mem = f.get("memory") or {}
-    if (mem.get("stale") or mem.get("off_route")) and not mem.get("kept") and not mem.get("dropped"):
+    withheld = mem.get("stale") or mem.get("off_route") or mem.get("other_world")
+    if withheld and not mem.get("kept") and not mem.get("dropped"):
         return "stale_withheld"  # the guards withheld every retrieved unit: it ran as without memory
     return None
 

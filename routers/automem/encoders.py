@@ -5,8 +5,8 @@ Five unit types -- ``tip`` (transferable heuristic), ``insight`` (root cause of 
 ``shortcut`` (parameterized macro with an input schema). Rule-based by default; with an LLM (anything with the
 ``routers.backends`` ``generate`` interface) each type is written by one prompt and falls back to the rule
 when the answer is empty. Every unit carries ``use_when`` (the source task's pattern) and ``avoid_when`` (where
-its task's sought items were: ``routers.automem.guards``) and ``route_to`` (where a successful trajectory took
-things from) for the injection judge.
+its task's sought items were: ``routers.automem.guards``), ``route_to`` (where a successful trajectory took
+things from) and ``world`` (the world its goal named, if any) for the injection judge.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from routers.automem.guards import location_facts
+from routers.automem.guards import goal_world, location_facts
 from routers.memagent.protocol import Trajectory
 from routers.memagent.providers.text_limits import action_sequence, limit_words, render_trajectory
 
@@ -146,6 +146,7 @@ class Encoder:
         actions = [s.action for s in traj.steps] if traj.success else []  # a failed take is no fact
         avoid_when = [[item, where] for item, where in location_facts(traj.task.goal, *actions).items()]
         route_to = sorted(set(location_facts(*actions).values()))
+        world = goal_world(traj.task.goal)
         out = []
         for kind in self.kinds:
             units = RULES[kind](traj)
@@ -157,6 +158,8 @@ class Encoder:
                 u.meta.setdefault("use_when", pattern)
                 u.meta.setdefault("avoid_when", avoid_when)
                 u.meta.setdefault("route_to", route_to)
+                if world:
+                    u.meta.setdefault("world", world)
                 u.meta.setdefault("outcome", "success" if traj.success else "failure")
             out.extend(units)
         return out
