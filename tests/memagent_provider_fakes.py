@@ -110,3 +110,9 @@ def trajectory(i: int, goal: str, success: bool = True, n_steps: int = 2, **kw) 
              TrajectoryStep(1, "You open the chest. It contains a small key.", "open chest")]
     steps += [TrajectoryStep(j, f"You walk around room {j}.", f"go east {j}") for j in range(2, n_steps)]
     return Trajectory(Task(f"t{i}", goal), steps[:n_steps], success, **kw)
+
+
+def acted(goal: str, actions, ok: bool = True) -> Trajectory:
+    """A trajectory that ran exactly ``actions`` for ``goal`` (one step each), as the guards' tests need."""
+    steps = [TrajectoryStep(i, f"You did {a}.", a) for i, a in enumerate(actions)]
+    return Trajectory(task=Task(f"t-{goal}", goal), steps=steps, success=ok)

@@ -1,4 +1,4 @@
-"""avoid_when and route guards: the facts a unit carries, the conflicts the injection judge withholds, and the
+"""avoid_when, route and world guards: the facts a unit carries, the conflicts the injection judge withholds, and the
 options that switch them through the exported config and the jobs' settings."""
 
 from __future__ import annotations
@@ -9,22 +9,16 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from memagent_provider_fakes import HashEncoder  # noqa: E402
+from memagent_provider_fakes import HashEncoder, acted as _traj  # noqa: E402
 
 from routers.automem import Arch, MemorySystem, load_system, save_system_config  # noqa: E402
 from routers.automem.guards import conflicts, location_facts, off_route  # noqa: E402
-from routers.memagent.protocol import Task, Trajectory, TrajectoryStep  # noqa: E402
 
 OLD = "In Elm, find the brass key in the oak chest and put it on the table in the hall."
 MOVED = "In Elm, find the brass key in the cupboard and put it on the table in the hall."
 SIBLING = "In Elm, find the red cup in the oak chest and put it on the table in the hall."
 CRATE = "In Elm, find the green lamp in the crate and put it on the table in the hall."
 ARCH = Arch(("trajectory",), "hybrid", "hybrid", "lightweight")
-
-
-def _traj(goal, actions, ok=True):
-    steps = [TrajectoryStep(i, f"You did {a}.", a) for i, a in enumerate(actions)]
-    return Trajectory(task=Task(f"t-{goal}", goal), steps=steps, success=ok)
 
 
 def test_location_facts_read_sought_items_not_fixtures():
@@ -139,19 +133,21 @@ def test_the_route_guard_withholds_units_whose_route_leads_elsewhere(route_guard
     assert cup in mem.last_trace["kept"]
 
 
-def test_route_guards_travel_and_key_only_when_on(tmp_path):
+@pytest.mark.parametrize("option", ["route_guards", "world_guards"])
+def test_later_guards_travel_and_key_only_when_on(tmp_path, option):
     import yaml
 
     from eval.automem import AutomemEvalConfig, differing_rollout_options
     from train.automem import AutomemTrainConfig, evaluation_settings
 
-    save_system_config(tmp_path / "memory_system.json", ARCH, route_guards=False)
-    assert load_system(tmp_path / "memory_system.json", encoder=HashEncoder(32)).route_guards is False
+    name = f"memory_{option}"
+    save_system_config(tmp_path / "memory_system.json", ARCH, **{option: False})
+    assert getattr(load_system(tmp_path / "memory_system.json", encoder=HashEncoder(32)), option) is False
     save_system_config(tmp_path / "default.json", ARCH)
-    assert load_system(tmp_path / "default.json", encoder=HashEncoder(32)).route_guards is True
+    assert getattr(load_system(tmp_path / "default.json", encoder=HashEncoder(32)), option) is True
     on = evaluation_settings(AutomemTrainConfig(output_dir=str(tmp_path / "s")))
-    off = evaluation_settings(AutomemTrainConfig(output_dir=str(tmp_path / "s"), memory_route_guards=False))
-    assert "memory_route_guards" not in off and on == {**off, "memory_route_guards": True}   # old keys stay valid
+    off = evaluation_settings(AutomemTrainConfig(output_dir=str(tmp_path / "s"), **{name: False}))
+    assert name not in off and on == {**off, name: True}   # the keys of runs before the guard stay valid
     (tmp_path / "resolved_config.yaml").write_text(yaml.safe_dump({"env": "textworld", "memory_guards": True}))
     ev = AutomemEvalConfig(search_dir=str(tmp_path), output_dir=str(tmp_path / "e"), env="textworld")
     assert differing_rollout_options(ev, tmp_path) == {"memory_route_guards": (False, True),

@@ -1,5 +1,5 @@
 """The world guard: a unit written in another world than the goal names is withheld (an unseen world's map is
-not any seen world's), through the exported config and the jobs' settings."""
+not any seen world's); its option travels with the others (tests/test_automem_guards.py)."""
 
 from __future__ import annotations
 
@@ -9,21 +9,15 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from memagent_provider_fakes import HashEncoder  # noqa: E402
+from memagent_provider_fakes import HashEncoder, acted as _traj  # noqa: E402
 
-from routers.automem import Arch, MemorySystem, TaskResult, load_system, save_system_config, scope  # noqa: E402
+from routers.automem import Arch, MemorySystem, TaskResult, scope  # noqa: E402
 from routers.automem.guards import goal_world, other_world  # noqa: E402
-from routers.memagent.protocol import Task, Trajectory, TrajectoryStep  # noqa: E402
 
 ELM = "In Elm, find the red cup in the oak chest and put it on the table in the hall."
 ELM_NEXT = "In Elm, find the blue pen in the oak chest and put it on the table in the hall."
 OAK = "In Oak Hollow, find the blue pen in the oak chest and put it on the table in the hall."
 ARCH = Arch(("trajectory",), "hybrid", "hybrid", "lightweight")
-
-
-def _traj(goal, actions, ok=True):
-    steps = [TrajectoryStep(i, f"You did {a}.", a) for i, a in enumerate(actions)]
-    return Trajectory(task=Task(f"t-{goal}", goal), steps=steps, success=ok)
 
 
 def test_goal_world_reads_the_leading_place_name_only():
@@ -53,15 +47,3 @@ def test_a_failure_where_only_the_world_guard_withheld_is_out_of_scope():
     withheld = TaskResult("t", False, failure={"memory": {"pool": 2, "retrieved": ["a"], "kept": [], "dropped": [],
                                                           "stale": [], "off_route": [], "other_world": ["a"]}})
     assert scope(withheld) == "stale_withheld"
-
-
-def test_world_guards_travel_and_key_only_when_on(tmp_path):
-    from train.automem import AutomemTrainConfig, evaluation_settings
-
-    save_system_config(tmp_path / "off.json", ARCH, world_guards=False)
-    assert load_system(tmp_path / "off.json", encoder=HashEncoder(32)).world_guards is False
-    save_system_config(tmp_path / "default.json", ARCH)
-    assert load_system(tmp_path / "default.json", encoder=HashEncoder(32)).world_guards is True
-    on = evaluation_settings(AutomemTrainConfig(output_dir=str(tmp_path / "s")))
-    off = evaluation_settings(AutomemTrainConfig(output_dir=str(tmp_path / "s"), memory_world_guards=False))
-    assert "memory_world_guards" not in off and on == {**off, "memory_world_guards": True}   # old keys stay valid
