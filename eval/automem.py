@@ -41,7 +41,8 @@ log = get_logger(__name__)
 # the memory-system options a search and its held-out evaluation both set, with the value a config that predates
 # the option ran with (a search resolved before guards existed ran without them)
 MEMORY_OPTIONS = {"memory_llm": None, "retriever": None, "memory_k": 3, "memory_words": 120, "memory_guards": False,
-                  "memory_route_guards": False, "memory_world_guards": False}
+                  "memory_route_guards": False, "memory_world_guards": False,
+                  "memory_site_guards": False}
 
 
 @dataclass
@@ -64,6 +65,8 @@ class AutomemEvalConfig(RolloutConfig):
         "help": "the route guard (as in memroute train automem): also withhold units whose route leads elsewhere"})
     memory_world_guards: bool = field(default=True, metadata={
         "help": "the world guard (as in memroute train automem): also withhold units written in another world"})
+    memory_site_guards: bool = field(default=True, metadata={
+        "help": "the site guard (as in memroute train automem): also withhold a failure's lesson about another site"})
     score_candidates: int = field(default=0, metadata={
         "help": "also play the N best distinct search candidates (all seeds and methods, by search accuracy; -1: "
                 "every one) held-out and report how search / validation accuracy rank them against held-out "
@@ -249,7 +252,7 @@ def held_out_store(cfg: AutomemEvalConfig, out, evaluator):
 def run(cfg: AutomemEvalConfig, evaluator=None, env=None) -> dict:
     from routers.automem.system import save_system_config
     from routers.memagent.rollout import env_tasks
-    from train.automem import build_evaluator
+    from train.automem import build_evaluator, system_guards
 
     summary, traces = read_search(cfg.search_dir)
     diff = differing_rollout_options(cfg, cfg.search_dir)
@@ -327,8 +330,7 @@ def run(cfg: AutomemEvalConfig, evaluator=None, env=None) -> dict:
             seed, best = max(cands, key=lambda sr: (sr[1]["validation_accuracy"] or 0.0, -int(sr[0])))
             save_system_config(out / "memory_system.json", best["arch"], encoder=cfg.encoder, llm=cfg.memory_llm,
                                retriever=cfg.retriever, k=cfg.memory_k, max_words=cfg.memory_words,
-                               guards=cfg.memory_guards, route_guards=cfg.memory_route_guards,
-                               world_guards=cfg.memory_world_guards,
+                               **system_guards(cfg),
                                metrics={"seed": seed, "test_accuracy": best["accuracy"], "test_gain": best["gain"],
                                         "validation_accuracy": best["validation_accuracy"]})
     return results

@@ -81,9 +81,11 @@ def test_guards_are_part_of_the_evaluation_key_and_differ_from_an_older_search(t
     ev = AutomemEvalConfig(search_dir=str(tmp_path), output_dir=str(tmp_path / "e"), env="textworld")
     assert differing_rollout_options(ev, tmp_path) == {"memory_guards": (False, True),
                                                        "memory_route_guards": (False, True),
-                                                       "memory_world_guards": (False, True)}
+                                                       "memory_world_guards": (False, True),
+                                                       "memory_site_guards": (False, True)}
     ev_off = AutomemEvalConfig(search_dir=str(tmp_path), output_dir=str(tmp_path / "e"), env="textworld",
-                               memory_guards=False, memory_route_guards=False, memory_world_guards=False)
+                               memory_guards=False, memory_route_guards=False, memory_world_guards=False,
+                               memory_site_guards=False)
     assert differing_rollout_options(ev_off, tmp_path) == {}
 
 
@@ -133,7 +135,7 @@ def test_the_route_guard_withholds_units_whose_route_leads_elsewhere(route_guard
     assert cup in mem.last_trace["kept"]
 
 
-@pytest.mark.parametrize("option", ["route_guards", "world_guards"])
+@pytest.mark.parametrize("option", ["route_guards", "world_guards", "site_guards"])
 def test_later_guards_travel_and_key_only_when_on(tmp_path, option):
     import yaml
 
@@ -151,9 +153,10 @@ def test_later_guards_travel_and_key_only_when_on(tmp_path, option):
     (tmp_path / "resolved_config.yaml").write_text(yaml.safe_dump({"env": "textworld", "memory_guards": True}))
     ev = AutomemEvalConfig(search_dir=str(tmp_path), output_dir=str(tmp_path / "e"), env="textworld")
     assert differing_rollout_options(ev, tmp_path) == {"memory_route_guards": (False, True),
-                                                       "memory_world_guards": (False, True)}
+                                                       "memory_world_guards": (False, True),
+                                                       "memory_site_guards": (False, True)}
     ev_off = AutomemEvalConfig(search_dir=str(tmp_path), output_dir=str(tmp_path / "e"), env="textworld",
-                               memory_route_guards=False, memory_world_guards=False)
+                               memory_route_guards=False, memory_world_guards=False, memory_site_guards=False)
     assert differing_rollout_options(ev_off, tmp_path) == {}
 
 

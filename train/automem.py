@@ -69,6 +69,9 @@ class AutomemTrainConfig(RolloutConfig):
     memory_world_guards: bool = field(default=True, metadata={
         "help": "also withhold a unit written in another world than the one the goal names ('In <World>, ...': "
                 "guards.other_world); false: the runs before this guard"})
+    memory_site_guards: bool = field(default=True, metadata={
+        "help": "also withhold a failure's lesson (insight unit) when the goal seeks nothing where the failed task "
+                "did (guards.other_site); false: the runs before this guard"})
     random_baseline: bool = True
     export_seed: int | None = None
     resume: str = "auto"
@@ -146,8 +149,7 @@ def build_evaluator(cfg, env=None, agent=None):
         llm = make_backend(cfg.memory_llm)
     return env, RolloutEvaluator(env, agent, encoder=as_encoder(encoder), llm=llm, max_steps=cfg.max_steps,
                                  count_tokens=token_counter(agent), k=cfg.memory_k, max_words=cfg.memory_words,
-                                 guards=cfg.memory_guards, route_guards=cfg.memory_route_guards,
-                                 world_guards=cfg.memory_world_guards)
+                                 **system_guards(cfg))
 
 
 def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
@@ -203,8 +205,7 @@ def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
         if best:
             save_system_config(out / "memory_system.json", best["arch"], encoder=cfg.encoder, llm=cfg.memory_llm,
                                retriever=cfg.retriever, metrics={"seed": export_seed, **best},
-                               k=cfg.memory_k, max_words=cfg.memory_words, guards=cfg.memory_guards,
-                               route_guards=cfg.memory_route_guards, world_guards=cfg.memory_world_guards)
+                               k=cfg.memory_k, max_words=cfg.memory_words, **system_guards(cfg))
         summary["export"] = str(out / "memory_system.json") if best else None
         atomic_write_json(out / "summary.json", summary)
     return summary
@@ -222,10 +223,18 @@ def evaluation_settings(cfg) -> dict:
             "memory_guards": cfg.memory_guards, **guard_settings(cfg)}
 
 
+LATER_GUARDS = ("memory_route_guards", "memory_world_guards", "memory_site_guards")
+
+
 def guard_settings(cfg) -> dict:
-    """The route and world guards in a fingerprint / store key only when on: the runs before them
-    (``--memory_route_guards false``, ``--memory_world_guards false``) keep their keys and replay."""
-    return {name: True for name in ("memory_route_guards", "memory_world_guards") if getattr(cfg, name)}
+    """The guards added after the first runs in a fingerprint / store key only when on: the runs before them
+    (``--memory_route_guards false``, ...) keep their keys and replay."""
+    return {name: True for name in LATER_GUARDS if getattr(cfg, name)}
+
+
+def system_guards(cfg) -> dict:
+    """The ``MemorySystem`` guard options of a search or held-out config (``memory_X`` -> ``X``)."""
+    return {name.removeprefix("memory_"): getattr(cfg, name) for name in ("memory_guards", *LATER_GUARDS)}
 
 
 def _brief(trace: dict) -> dict:

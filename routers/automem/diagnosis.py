@@ -82,7 +82,7 @@ def scope(result: TaskResult) -> str | None:
     if f.get("evidence_seen") is False:
         return "no_experience"
     mem = f.get("memory") or {}
-    withheld = mem.get("stale") or mem.get("off_route") or mem.get("other_world")
+    withheld = mem.get("stale") or mem.get("off_route") or mem.get("other_world") or mem.get("other_site")
     if withheld and not mem.get("kept") and not mem.get("dropped"):
         return "stale_withheld"  # the guards withheld every retrieved unit: it ran as without memory
     return None

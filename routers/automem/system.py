@@ -18,7 +18,8 @@ with ``guards`` (default), units whose ``avoid_when`` the goal triggers: the goa
 sought somewhere else (``routers.automem.guards``; their ids are the trace's ``stale``); with ``route_guards``
 (default) also units whose successful route took nothing from where the goal sends its item (it leads elsewhere;
 ``off_route``); with ``world_guards`` (default) units written in another world than the goal's (``other_world``:
-the trace's ``other_world``).
+the trace's ``other_world``); with ``site_guards`` (default) a failure's lesson (``insight``) when the goal seeks
+nothing where the failed task did (``other_site``).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from routers.automem.encoders import Encoder, task_pattern, _ID
-from routers.automem.guards import conflicts, location_facts, off_route, other_world
+from routers.automem.encoders import GATES, Encoder, task_pattern, _ID
+from routers.automem.guards import conflicts, location_facts, off_route, other_site, other_world
 from routers.automem.manage import MANAGERS
 from routers.automem.retrieval import RETRIEVERS
 from routers.automem.space import Arch, as_arch, violations
@@ -47,15 +48,15 @@ class MemorySystem(BaseProvider):
     """One architecture as a memory provider. ``llm`` (a ``routers.backends`` backend) makes the Encode writers,
     llm_graph entity extraction and HyDE use it; ``encoder`` embeds keys (a trained ``RetrieverRouter`` export
     plugs in here for contrastive retrieval); ``k`` units are retrieved, at most ``max_words`` injected;
-    ``judge`` / ``guards`` / ``route_guards`` / ``world_guards`` switch the injection judge's goal-overlap,
-    avoid_when, route and world checks."""
+    ``judge`` / ``guards`` / ``route_guards`` / ``world_guards`` / ``site_guards`` switch the injection judge's
+    goal-overlap, avoid_when, route, world and failure-site checks."""
 
     name, family, gate = "automem", "insight", "all"
     reference = "AutoMem (seed 003): Encode / Store / Retrieve / Manage"
 
     def __init__(self, arch, encoder=None, llm=None, *, k: int = 3, max_words: int = 120, max_items: int = 200,
                  judge: bool = True, guards: bool = True, route_guards: bool = True, world_guards: bool = True,
-                 llm_encode: bool = True, **kw):
+                 site_guards: bool = True, llm_encode: bool = True, **kw):
         arch = as_arch(arch)
         problems = violations(arch)
         if problems:
@@ -71,6 +72,7 @@ class MemorySystem(BaseProvider):
         self.guards = guards
         self.route_guards = route_guards
         self.world_guards = world_guards
+        self.site_guards = site_guards
         super().__init__(encoder=encoder, llm=llm, k=k, **kw)
         self.encode_units = Encoder(arch.encode, ask=self._ask if (llm is not None and llm_encode) else None,
                                     max_prompt_words=self.max_prompt_words)
@@ -84,7 +86,8 @@ class MemorySystem(BaseProvider):
 
     def params(self) -> dict:
         return {**super().params(), "arch": self.arch.to_dict(), "max_items": self.max_items, "judge": self.judge,
-                "guards": self.guards, "route_guards": self.route_guards, "world_guards": self.world_guards}
+                "guards": self.guards, "route_guards": self.route_guards, "world_guards": self.world_guards,
+                "site_guards": self.site_guards}
 
     # -- store ---------------------------------------------------------------------------------------------
     def _entities(self, goal: str, text: str) -> list[str]:
@@ -137,15 +140,15 @@ class MemorySystem(BaseProvider):
         st = self._state
         live = [i for i, it in enumerate(st.items) if "valid_to" not in it.meta]
         self.last_trace = {"pool": len(live), "retrieved": [], "kept": [], "dropped": [], "stale": [], "off_route": [],
-                           "other_world": []}
+                           "other_world": [], "other_site": []}
         if not live:
             return Retrieved(self.name, "", [])
         base = self.score_items(*self.query(goal), state=st)
         ranked = RETRIEVERS[self.arch.retrieve](self, goal, live, base, self.k)
         q = set(keyword_tokens(goal))
         pattern = task_pattern(goal)
-        facts = location_facts(goal) if (self.guards or self.route_guards) else {}
-        kept, dropped, stale, elsewhere, foreign = [], [], [], [], []
+        facts = location_facts(goal) if (self.guards or self.route_guards or self.site_guards) else {}
+        kept, dropped, stale, elsewhere, foreign, lessons = [], [], [], [], [], []
         for i in ranked:
             it = st.items[i]
             if self.world_guards and other_world(it.meta.get("world"), goal):
@@ -157,6 +160,10 @@ class MemorySystem(BaseProvider):
             if facts and self.route_guards and off_route(it.meta.get("route_to"), facts):
                 elsewhere.append(i)
                 continue
+            if (facts and self.site_guards and GATES.get(it.meta.get("kind")) == "failure"
+                    and other_site(it.meta.get("avoid_when"), facts)):
+                lessons.append(i)
+                continue
             ok = (not self.judge or it.meta.get("use_when") == pattern
                   or bool(q & set(keyword_tokens(f"{it.key} {it.text}"))))
             (kept if ok else dropped).append(i)
@@ -167,6 +174,7 @@ class MemorySystem(BaseProvider):
                                stale=[st.items[i].item_id for i in stale],
                                off_route=[st.items[i].item_id for i in elsewhere],
                                other_world=[st.items[i].item_id for i in foreign],
+                               other_site=[st.items[i].item_id for i in lessons],
                                scores=[round(float(base[i]), 4) for i in ranked])
         return Retrieved(self.name, text, [it.item_id for it in picked])
 
@@ -184,7 +192,7 @@ class MemorySystem(BaseProvider):
 
 
 # -- the loadable memory-system config ----------------------------------------------------------------------
-SYSTEM_OPTIONS = ("k", "max_words", "max_items", "judge", "guards", "route_guards", "world_guards")
+SYSTEM_OPTIONS = ("k", "max_words", "max_items", "judge", "guards", "route_guards", "world_guards", "site_guards")
 
 
 def system_config(arch, *, encoder: str | None = None, llm: str | None = None, retriever: str | None = None,
