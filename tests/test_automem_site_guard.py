@@ -55,3 +55,15 @@ def test_a_failure_where_only_the_site_guard_withheld_is_out_of_scope():
                                                           "stale": [], "off_route": [], "other_world": [],
                                                           "other_site": ["a"]}})
     assert scope(withheld) == "stale_withheld"
+
+
+def test_every_guard_option_of_a_config_reaches_the_memory_system(tmp_path):
+    from eval.automem import AutomemEvalConfig
+    from train.automem import AutomemTrainConfig, system_guards
+
+    for cfg in (AutomemTrainConfig(output_dir=str(tmp_path / "s"), memory_site_guards=False, memory_guards=False),
+                AutomemEvalConfig(output_dir=str(tmp_path / "e"), memory_site_guards=False, memory_guards=False)):
+        opts = system_guards(cfg)
+        assert opts == {"guards": False, "route_guards": True, "world_guards": True, "site_guards": False}
+        mem = MemorySystem(ARCH, encoder=HashEncoder(32), **opts)
+        assert {k: mem.params()[k] for k in opts} == opts
