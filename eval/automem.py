@@ -66,7 +66,7 @@ class AutomemEvalConfig(RolloutConfig):
     memory_world_guards: bool = field(default=True, metadata={
         "help": "the world guard (as in memroute train automem): also withhold units written in another world"})
     memory_site_guards: bool = field(default=True, metadata={
-        "help": "the site guard (as in memroute train automem): also withhold a failure's lesson about another site"})
+        "help": "the site guard (as in memroute train automem): also withhold a failure's record about another site"})
     score_candidates: int = field(default=0, metadata={
         "help": "also play the N best distinct search candidates (all seeds and methods, by search accuracy; -1: "
                 "every one) held-out and report how search / validation accuracy rank them against held-out "

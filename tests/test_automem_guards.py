@@ -119,11 +119,11 @@ def test_only_a_successful_trajectory_has_a_route():
 
 @pytest.mark.parametrize("route_guards", [True, False])
 def test_the_route_guard_withholds_units_whose_route_leads_elsewhere(route_guards):
-    mem = MemorySystem(ARCH, encoder=HashEncoder(32), route_guards=route_guards)
+    mem = MemorySystem(ARCH, encoder=HashEncoder(32), route_guards=route_guards, site_guards=False)
     mem.store(_traj(SIBLING, ["go east", "take red cup from oak chest", "go west", "put red cup on table"]))
     mem.store(_traj(CRATE, ["go north", "take green lamp from crate", "go south", "put green lamp on table"]))
     mem.store(_traj("In Elm, find the silver coin in the drawer and put it on the table in the hall.",
-                    ["go east", "go north"], ok=False))   # failed: no route (the map it saw may help), never off it
+                    ["go east", "go north"], ok=False))   # failed: no route, never off it (the site guard's)
     cup, lamp, explored = mem.items_by_id()
     moved = mem.retrieve(MOVED)                  # the brass key now in the cupboard: neither route goes there
     assert mem.last_trace["stale"] == []          # no unit placed the brass key: the item guard has nothing to say

@@ -70,8 +70,8 @@ class AutomemTrainConfig(RolloutConfig):
         "help": "also withhold a unit written in another world than the one the goal names ('In <World>, ...': "
                 "guards.other_world); false: the runs before this guard"})
     memory_site_guards: bool = field(default=True, metadata={
-        "help": "also withhold a failure's lesson (insight unit) when the goal seeks nothing where the failed task "
-                "did (guards.other_site); false: the runs before this guard"})
+        "help": "also withhold a unit written from a failed episode (insight, failed trajectory) when the goal seeks "
+                "nothing where the failed task did (guards.other_site); false: the runs before this guard"})
     random_baseline: bool = True
     export_seed: int | None = None
     resume: str = "auto"

@@ -14,7 +14,7 @@ The *route* guard (``off_route``) goes one step further, for units written away 
 sibling item, the same world's other sites): a successful trajectory's route leads to the places it took things
 from (``route_to``: its ``take X from Y`` actions). A goal that sends its item to a place none of them is would copy
 a route to somewhere else: "find the brass key in the cupboard" gets nothing from "take red cup from oak chest" but
-the way to the oak chest. A failed trajectory has no route (it explored: the map it saw may still help), and a
+the way to the oak chest. A failed trajectory has no route (the site guard below handles failures), and a
 goal that names no place fires neither guard.
 
 The *world* guard (``other_world``) withholds a unit written in another world than the one the goal names
@@ -22,10 +22,11 @@ The *world* guard (``other_world``) withholds a unit written in another world th
 has never seen it can only mislead (an unseen world's tasks, measured: no memory 3/18, every searched
 architecture 0-3/18 without it). A goal or unit without a world fires nothing.
 
-The *site* guard (``other_site``) is for the lessons of failures (``insight`` units: "the attempt 'go east' ended
-with ... do not repeat it"): a failed task's lesson is about the way to the place its goal sought, so a goal that
-seeks nothing there gets another site's dead end as advice (in a world memory has only seen fail, measured: one
-architecture injected its own failures' insights in 16 of 18 unseen-world tasks and solved none, no memory 3).
+The *site* guard (``other_site``) is for the records of failures (an ``insight`` "the attempt 'go east' ended with
+... do not repeat it", a failed ``trajectory``): a failed task's record is about the way to the place its goal sought,
+so a goal that seeks nothing there gets another site's dead end as advice. Measured on the persistent-world suite:
+an architecture injecting its own failures' insights in 16 of 18 unseen-world tasks solved none (no memory 3), and
+failed trajectories of other sites turned 4 of 4 moved tasks no memory solves into 0 of 4.
 
     location_facts("In Elm, find the brass key in the oak chest and put it on the table in the hall.")
     # {'brass key': 'oak chest'}

@@ -18,7 +18,7 @@ with ``guards`` (default), units whose ``avoid_when`` the goal triggers: the goa
 sought somewhere else (``routers.automem.guards``; their ids are the trace's ``stale``); with ``route_guards``
 (default) also units whose successful route took nothing from where the goal sends its item (it leads elsewhere;
 ``off_route``); with ``world_guards`` (default) units written in another world than the goal's (``other_world``:
-the trace's ``other_world``); with ``site_guards`` (default) a failure's lesson (``insight``) when the goal seeks
+the trace's ``other_world``); with ``site_guards`` (default) a unit written from a failed episode when the goal seeks
 nothing where the failed task did (``other_site``).
 """
 
@@ -29,7 +29,7 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from routers.automem.encoders import GATES, Encoder, task_pattern, _ID
+from routers.automem.encoders import Encoder, task_pattern, _ID
 from routers.automem.guards import conflicts, location_facts, off_route, other_site, other_world
 from routers.automem.manage import MANAGERS
 from routers.automem.retrieval import RETRIEVERS
@@ -160,7 +160,7 @@ class MemorySystem(BaseProvider):
             if facts and self.route_guards and off_route(it.meta.get("route_to"), facts):
                 elsewhere.append(i)
                 continue
-            if (facts and self.site_guards and GATES.get(it.meta.get("kind")) == "failure"
+            if (facts and self.site_guards and it.meta.get("outcome") == "failure"
                     and other_site(it.meta.get("avoid_when"), facts)):
                 lessons.append(i)
                 continue
