@@ -148,7 +148,7 @@ class MemorySystem(BaseProvider):
         q = set(keyword_tokens(goal))
         pattern = task_pattern(goal)
         facts = location_facts(goal) if (self.guards or self.route_guards or self.site_guards) else {}
-        kept, dropped, stale, elsewhere, foreign, lessons = [], [], [], [], [], []
+        kept, dropped, stale, elsewhere, foreign, dead_ends = [], [], [], [], [], []
         for i in ranked:
             it = st.items[i]
             if self.world_guards and other_world(it.meta.get("world"), goal):
@@ -162,7 +162,7 @@ class MemorySystem(BaseProvider):
                 continue
             if (facts and self.site_guards and it.meta.get("outcome") == "failure"
                     and other_site(it.meta.get("avoid_when"), facts)):
-                lessons.append(i)
+                dead_ends.append(i)
                 continue
             ok = (not self.judge or it.meta.get("use_when") == pattern
                   or bool(q & set(keyword_tokens(f"{it.key} {it.text}"))))
@@ -174,7 +174,7 @@ class MemorySystem(BaseProvider):
                                stale=[st.items[i].item_id for i in stale],
                                off_route=[st.items[i].item_id for i in elsewhere],
                                other_world=[st.items[i].item_id for i in foreign],
-                               other_site=[st.items[i].item_id for i in lessons],
+                               other_site=[st.items[i].item_id for i in dead_ends],
                                scores=[round(float(base[i]), 4) for i in ranked])
         return Retrieved(self.name, text, [it.item_id for it in picked])
 
