@@ -1,14 +1,19 @@
-"""The rule proposer's exploration edit: an edit the cross-module constraints forbid on its own is repaired by one
+"""The rule proposer's exploration edit (and the search's structure slot): an edit the cross-module constraints forbid on its own is repaired by one
 other module's change instead of being skipped, so coupled choices (graph store + graph_consolidate) do not trap
 the search in one region of the space."""
 
 from __future__ import annotations
 
+import json
 import random
 
-from routers.automem import Arch, valid
+import pytest
+
+from routers.automem import Arch, TaskResult, valid
 from routers.automem.ledger import Ledger, ObservationGraph
-from routers.automem.proposer import RuleProposer, SearchContext
+from routers.automem.proposer import Proposal, RuleProposer, SearchContext, _apply
+from routers.automem.search import run_automem
+from routers.memagent.protocol import Task
 
 GRAPH_LEADER = Arch(("insight", "shortcut"), "graph", "cbr_rerank", "graph_consolidate")
 
@@ -24,7 +29,7 @@ def _graph(observed: dict[tuple[str, str], float]) -> ObservationGraph:
 def _explore(graph, leader=GRAPH_LEADER, ledger=None, seed=0):
     ctx = SearchContext(round=2, rng=random.Random(seed), leader=leader, graph=graph, ledger=ledger or Ledger(),
                         evaluated={leader.key})
-    return RuleProposer()._explore(ctx, {leader.key})
+    return RuleProposer().explore(ctx, {leader.key})
 
 
 def test_a_forbidden_edit_is_proposed_with_its_best_repair():
@@ -59,8 +64,67 @@ def test_repeated_exploration_leaves_the_graph_family():
     seen, stores = {GRAPH_LEADER.key}, set()
     for _ in range(20):
         ctx = SearchContext(round=2, rng=random.Random(1), leader=GRAPH_LEADER, evaluated=set(seen))
-        p = RuleProposer()._explore(ctx, seen)
+        p = RuleProposer().explore(ctx, seen)
         assert valid(p.arch) and p.arch.key not in {GRAPH_LEADER.key}
         seen.add(p.arch.key)
         stores.add(p.arch.store)
     assert stores - {"graph", "llm_graph"}, stores                      # json / vector / hybrid reached
+
+
+class EncodeOnlyProposer(RuleProposer):
+    """Proposes only Encode edits of the leader, as the diagnosis's gradient does when every failure reads as
+    ``unusable_form``: without a reserved slot the search never leaves its round-1 winner's structure."""
+
+    def propose(self, ctx, k):
+        out, seen = [], set(ctx.evaluated)
+        for opt in ["+tip", "+insight", "+trajectory", "+workflow", "+shortcut", "-tip", "-insight", "-trajectory",
+                    "-workflow", "-shortcut"]:
+            arch = _apply(ctx.leader, "encode", opt) if ctx.leader else None
+            if arch is not None and valid(arch) and arch.key not in seen and len(out) < k:
+                out.append(Proposal(arch, "gradient", ctx.leader.key, ["encode", opt]))
+                seen.add(arch.key)
+        return out if ctx.leader else super().propose(ctx, k)
+
+
+def _structure(key):
+    return key.split("|", 1)[1]
+
+
+def test_a_held_structure_gives_one_slot_per_round_to_a_store_retrieve_or_manage_edit(tmp_path):
+    """``structure_after=2``: once the leader has kept its Store | Retrieve | Manage for 2 rounds, one slot per round
+    edits one of them (the leader's Encode kept); a better structure found that way resets the count. Off (0, the
+    default), encode-only proposals keep the round-1 winner's structure until they run out."""
+    S, V = [Task(f"s-{i}", "fetch") for i in range(4)], [Task(f"v-{i}", "fetch") for i in range(4)]
+    special: set[str] = set()
+
+    def evaluate(arch, tasks):  # every architecture 2 of 4, except any in ``special`` (4 of 4)
+        lv = 0 if arch is None else 4 if arch.key in special else 2
+        return [TaskResult(t.task_id, i < lv, tokens=10) for i, t in enumerate(tasks)]
+
+    off = run_automem(evaluate, S, V, budget=10, k=2, seed=0, proposer=EncodeOnlyProposer(),
+                      trace_path=tmp_path / "off.json")
+    edits = [p for p in off["evaluations"] if p["origin"] == "gradient"]
+    assert len(edits) >= 4 and all(_structure(p["arch"]) == _structure(p["parent"]) for p in edits)
+    assert all(p["origin"] != "structure" for p in off["evaluations"])  # only restarts leave, once edits run out
+
+    on = run_automem(evaluate, S, V, budget=10, k=2, seed=0, proposer=EncodeOnlyProposer(), structure_after=2,
+                     trace_path=tmp_path / "on.json")
+    by_round = {}
+    for p in on["evaluations"]:
+        by_round.setdefault(p["round"], []).append(p["origin"])
+    assert [rnd.count("structure") for _, rnd in sorted(by_round.items())] == [0, 0, 1, 1, 1], by_round
+    fingerprints = [json.loads((tmp_path / f"{n}.json").read_text())["fingerprint"] for n in ("on", "off")]
+    assert fingerprints[0]["structure_after"] == 2 and "structure_after" not in fingerprints[1]
+    for p in on["evaluations"]:
+        if p["origin"] == "structure":
+            parent = Arch.parse(p["parent"])
+            arch = Arch.parse(p["arch"])
+            assert valid(arch) and arch.encode == parent.encode and p["edit"][0] in ("store", "retrieve", "manage")
+            assert _structure(p["arch"]) != _structure(p["parent"])
+    # round 3's structure edit is better: round 4 has a new leader (held 1 round, no slot), round 5 a slot again
+    special.add(next(p["arch"] for p in on["evaluations"] if p["round"] == 3 and p["origin"] == "structure"))
+    found = run_automem(evaluate, S, V, budget=10, k=2, seed=0, proposer=EncodeOnlyProposer(), structure_after=2)
+    assert [sum(p["origin"] == "structure" for p in found["evaluations"] if p["round"] == r)
+            for r in (3, 4, 5)] == [1, 0, 1]
+    with pytest.raises(ValueError, match="structure_after"):
+        run_automem(evaluate, S, V, budget=2, structure_after=-1)

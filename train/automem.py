@@ -49,6 +49,9 @@ class AutomemTrainConfig(RolloutConfig):
     stagnation: int = field(default=0, metadata={
         "help": "AutoMem: after this many rounds without a better search accuracy, one candidate per round is a random "
                 "restart (0: off)"})
+    structure_after: int = field(default=0, metadata={
+        "help": "AutoMem: once the leader has kept one Store|Retrieve|Manage for this many rounds, one candidate per "
+                "round edits Store, Retrieve or Manage (the observation graph's most promising choice; 0: off)"})
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     init: str = field(default="random", metadata={"help": "round-1 candidates: random (as random search) | known "
                                                          "(human-designed systems as tuples)"})
@@ -86,6 +89,7 @@ class AutomemTrainConfig(RolloutConfig):
             int_option(self.final_validate, "final_validate"), int_option(self.memory_k, "memory_k"),
             int_option(self.memory_words, "memory_words"), (bool(self.seeds), "seeds must list at least one seed"),
             int_option(self.stagnation, "stagnation", minimum=0),
+            int_option(self.structure_after, "structure_after", minimum=0),
             (self.init in ("random", "known"), f"init must be random or known, got {self.init!r}"),
             (self.final_select in FINAL_SELECT,
              f"final_select must be one of {FINAL_SELECT}, got {self.final_select!r}"),
@@ -186,7 +190,8 @@ def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
                             trace_path=d / "automem_trace.json", fingerprint=fp, proposer=proposer,
                             diagnosis_llm=llm, init=cfg.init, resume=cfg.resume,
                             final_validate=cfg.final_validate, store=store,
-                            final_select=cfg.final_select, stagnation=cfg.stagnation)
+                            final_select=cfg.final_select, stagnation=cfg.stagnation,
+                            structure_after=cfg.structure_after)
             row = {"automem": _brief(a)}
             if cfg.random_baseline:
                 r = run_random(evaluator, search, val, budget=cfg.budget, seed=seed,

@@ -28,7 +28,8 @@ from routers.automem.space import (ENCODE, KNOWN_SYSTEMS, MENU, MODULES, Arch, a
 @dataclass
 class Proposal:
     arch: Arch
-    origin: str                      # init | gradient | principle | explore | resample | llm | restart | stagnation
+    origin: str                      # init | gradient | principle | explore | structure | resample | llm | restart
+                                     # | stagnation
     parent: str | None = None        # the leader's key the edit was applied to
     edit: list | None = None         # [module, option]
     entry_id: str | None = None      # the ledger entry this proposal tests
@@ -105,7 +106,7 @@ class RuleProposer:
                 out.append(Proposal(arch, "principle", ctx.leader.key, list(e.edit), e.entry_id))
                 seen.add(arch.key)
         while len(out) < k:
-            p = self._explore(ctx, seen)
+            p = self.explore(ctx, seen)
             if p is None:
                 break
             out.append(p)
@@ -120,11 +121,12 @@ class RuleProposer:
         space = feasible_space()
         return [Proposal(a, "init") for a in ctx.rng.sample(space, k)]
 
-    def _explore(self, ctx: SearchContext, seen: set) -> Proposal | None:
-        """The leader edited on one module toward the option with the best optimistic observed gain; an edit the
-        constraints forbid alone competes as its best-scored repair (the edit plus one other module's change)."""
+    def explore(self, ctx: SearchContext, seen: set, modules: tuple = MODULES,
+                origin: str = "explore") -> Proposal | None:
+        """The leader edited on one of ``modules`` toward the option with the best optimistic observed gain; an edit
+        the constraints forbid alone competes as its best-scored repair (the edit plus one other module's change)."""
         cands = []
-        for module in MODULES:
+        for module in modules:
             for opt in _options(module):
                 if ctx.ledger.blocked([module, opt]):
                     continue
@@ -147,7 +149,7 @@ class RuleProposer:
         if not cands:
             return None
         _, module, opt, arch, repair = max(cands, key=lambda c: c[0])
-        return Proposal(arch, "explore", ctx.leader.key, [module, opt], repair=repair)
+        return Proposal(arch, origin, ctx.leader.key, [module, opt], repair=repair)
 
     def resample(self, ctx: SearchContext, rejected: Proposal, rng: random.Random) -> Proposal:
         """Repair an invalid proposal (keep its edit, change one other module), else a random unevaluated

@@ -14,7 +14,10 @@ takes each candidate's per-pattern gain; differential validation settles the led
 tested; the Pareto front (accuracy, gain, cost) names the leader, validated every ``val_every`` rounds; the
 round's failures are diagnosed into the next textual gradient. ``stagnation=N`` (0: off, the default): once the best
 search accuracy has not improved for N rounds, one slot per round goes to a random restart (iterated local search:
-one-module edits of a plateau's leader tend to tie it). At the end both methods validate their
+one-module edits of a plateau's leader tend to tie it). ``structure_after=N`` (0: off): once the leader has kept one
+Store | Retrieve | Manage for N rounds, one slot per round goes to the proposer's exploration edit restricted to those
+three modules (``origin: structure``), because the diagnosis's gradient edits keep filling every slot with Encode
+edits of the round-1 winner's structure (a search that never leaves its first draw's store). At the end both methods validate their
 ``final_validate`` best candidates by search accuracy (then cost) and report the best on validation (``final_select``:
 or by pooled or search accuracy): a search-batch leader that does not carry over loses to a runner-up that does.
 Everything is in the trace JSON, written after every evaluation; rerunning resumes from it without re-evaluating
@@ -36,6 +39,7 @@ from routers.automem.trace import Runtime, best_so_far
 from routers.logs import get_logger
 
 log = get_logger(__name__)
+STRUCTURE = ("store", "retrieve", "manage")  # the modules a held structure's reserved slot edits
 
 
 def _point(ev: Evaluation, base: Evaluation, index: int, round_: int, slot: int, prop: Proposal | None) -> dict:
@@ -132,20 +136,40 @@ def _restarts(ctx: SearchContext, n: int, rng: random.Random, origin: str = "res
     return out
 
 
+def _structure(arch_key: str) -> str:
+    """``tip+insight|graph|cbr_rerank|graph_consolidate`` -> ``graph|cbr_rerank|graph_consolidate``."""
+    return arch_key.split("|", 1)[1]
+
+
+def _structure_edit(proposer, ctx: SearchContext) -> Proposal | None:
+    """The slot a held structure gives up: the leader's most promising Store / Retrieve / Manage edit, reserved
+    before the proposer fills the round (so its edits cannot take the same architecture)."""
+    explore = getattr(proposer, "explore", None) or RuleProposer().explore
+    prop = explore(ctx, set(ctx.evaluated), modules=STRUCTURE, origin="structure")
+    if prop is not None:
+        log.info("automem round %d: the leader kept %s; structure edit %s -> %s", ctx.round,
+                 _structure(ctx.leader.key), prop.edit, prop.arch.key)
+        ctx.evaluated.add(prop.arch.key)
+    return prop
+
+
 def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequence, *, budget: int = 15, k: int = 3,
                 val_every: int = 2, seed: int = 0, trace_path=None, fingerprint: dict | None = None, proposer=None,
                 diagnosis_llm=None, init: str = "random", resume: str = "auto", max_resample: int = 50,
-                final_validate: int = 3, store=None, final_select: str = "validation", stagnation: int = 0) -> dict:
+                final_validate: int = 3, store=None, final_select: str = "validation", stagnation: int = 0,
+                structure_after: int = 0) -> dict:
     if budget < 1 or k < 1 or val_every < 1 or final_validate < 1:
         raise ValueError("budget, k, val_every and final_validate must be >= 1")
-    if stagnation < 0:
-        raise ValueError(f"stagnation must be >= 0 (0: off), got {stagnation}")
+    for name, value in (("stagnation", stagnation), ("structure_after", structure_after)):
+        if value < 0:
+            raise ValueError(f"{name} must be >= 0 (0: off), got {value}")
     check_final_select(final_select)  # an unknown rule fails before any evaluation
     t0 = time.perf_counter()
     fp = {"method": "automem", "budget": budget, "k": k, "val_every": val_every, "seed": seed, "init": init,
           "search_tasks": [t.task_id for t in search_tasks], "val_tasks": [t.task_id for t in val_tasks],
           "proposer": getattr(proposer, "name", "rule"), "final_validate": final_validate,
-          **({"stagnation": stagnation} if stagnation else {}), **(fingerprint or {})}
+          **({"stagnation": stagnation} if stagnation else {}),
+          **({"structure_after": structure_after} if structure_after else {}), **(fingerprint or {})}
     rt = Runtime(evaluate, trace_path, fp, "automem", resume, store, diagnosed_batch="search")
     proposer = proposer or RuleProposer()
     rng = random.Random(seed)
@@ -157,6 +181,7 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
     validations, gradients, rejected = [], [], []
     gradient, lead_key, round_ = None, None, 0
     best_acc, stale = None, 0  # best search accuracy so far; rounds since it last improved
+    held = 0  # rounds the leader's Store | Retrieve | Manage has stayed the same
 
     def state() -> dict:
         return _summary(rt, points, base_s, base_v, {
@@ -176,7 +201,10 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
                             evaluated={p["arch"] for p in points}, init=init)
         want = min(k, budget - len(points))
         n_stag = 1 if stagnation and stale >= stagnation else 0
-        props = list(proposer.propose(ctx, want - n_stag))[:want - n_stag]
+        struct = _structure_edit(proposer, ctx) if structure_after and held >= structure_after \
+            and want - n_stag > 0 else None
+        n_edits = want - n_stag - (struct is not None)
+        props = list(proposer.propose(ctx, n_edits))[:n_edits]
         final: list[Proposal] = []
         for prop in props:
             tries = 0
@@ -191,6 +219,7 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
                 prop = proposer.resample(ctx, prop, rng)
             ctx.evaluated.add(prop.arch.key)
             final.append(prop)
+        final += [struct] if struct is not None else []
         final += _restarts(ctx, n_stag, rng, "stagnation")
         final += _restarts(ctx, want - len(final), rng)
         if not final:
@@ -223,6 +252,7 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
         better = round_best is not None and (best_acc is None or round_best > best_acc + 1e-9)
         best_acc, stale = (round_best, 0) if better else (best_acc, stale + 1)
         lead = leader(pareto_front(ok))
+        held = held + 1 if lead and lead_key and _structure(lead["arch"]) == _structure(lead_key) else int(bool(lead))
         lead_key = lead["arch"] if lead else None
         if lead and (round_ % val_every == 0 or len(points) >= budget) \
                 and all(v["arch"] != lead_key for v in validations):
