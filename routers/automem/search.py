@@ -14,12 +14,11 @@ takes each candidate's per-pattern gain; differential validation settles the led
 tested; the Pareto front (accuracy, gain, cost) names the leader, validated every ``val_every`` rounds; the
 round's failures are diagnosed into the next textual gradient. ``stagnation=N`` (0: off, the default): once the best
 search accuracy has not improved for N rounds, one slot per round goes to a random restart (iterated local search:
-one-module edits of a plateau's leader tend to tie it). ``structure_after=N`` (0: off): once the leader has kept one
-Store | Retrieve | Manage for N rounds, one slot per round goes to the proposer's exploration edit restricted to those
-three modules (``origin: structure``), because the diagnosis's gradient edits keep filling every slot with Encode
-edits of the round-1 winner's structure (a search that never leaves its first draw's store). At the end both methods validate their
-``final_validate`` best candidates by search accuracy (then cost) and report the best on validation (``final_select``:
-or by pooled or search accuracy): a search-batch leader that does not carry over loses to a runner-up that does.
+one-module edits of a plateau's leader tend to tie it). ``structure_after=N`` (0: off, the default): once the leader
+has kept one Store | Retrieve | Manage for N rounds, one slot per round goes to the proposer's exploration edit of
+those three modules (``origin: structure``): the gradient's edits can fill every slot with Encode edits of the
+round-1 winner's structure. At the end both methods validate their ``final_validate`` best candidates by search
+accuracy (then cost) and report the best on validation (``final_select``: or by pooled or search accuracy): a search-batch leader that does not carry over loses to a runner-up that does.
 Everything is in the trace JSON, written after every evaluation; rerunning resumes from it without re-evaluating
 (``store``: evaluations shared with other traces, ``routers.automem.trace.EvaluationStore``).
 """
