@@ -413,6 +413,48 @@ def test_demonstrations_are_stored_but_not_scored():
     assert [r.task_id for r in ev(None, [demo, unlock])] == [unlock.task_id] and not ev(None, [unlock])[0].success
 
 
+def test_warmup_tasks_are_stored_first_and_a_batch_plays_its_own_once():
+    """``warmup`` (the search warm-up, held-out's warm-up split) is played and stored before the batch, unscored; a
+    warm-up task the batch itself holds is played once, in the batch (no second copy of its episode in memory)."""
+    from dataclasses import replace
+
+    from routers.automem.system import MemorySystem
+
+    stored = []
+
+    def factory(arch):
+        system = MemorySystem(arch, encoder=HashEncoder(64), max_words=60)
+        store = system.store
+        system.store = lambda traj: (stored.append(traj.task.task_id), store(traj))[1]
+        return system
+
+    world, ev = make_evaluator(system_factory=factory)
+    tasks = world.tasks("search")
+    scouts = [t for t in tasks if t.meta["kind"] == "scout"]
+    scout = next(t for t in scouts if sum(u.meta["room"] == t.meta["room"] for u in scouts) == 1)  # one code
+    unlock = next(t for t in tasks if t.meta["kind"] == "unlock" and t.meta["room"] == scout.meta["room"])
+    demo = replace(scout, meta={**scout.meta, "demonstration": True, "walkthrough": ["look"]})
+    arch = Arch(("trajectory",), "vector", "hybrid", "lightweight")
+    assert not ev(arch, [unlock])[0].success                                   # nothing stored: no code
+    ev.warmup = [demo]
+    results = ev(arch, [unlock])
+    assert [r.task_id for r in results] == [unlock.task_id] and results[0].success  # the warm-up's code
+    assert stored[-2:] == [demo.task_id, unlock.task_id]
+    stored.clear()
+    assert ev(arch, [demo, unlock])[0].success and stored == [demo.task_id, unlock.task_id]  # the demo once
+    assert not ev(None, [unlock])[0].success                                   # no memory: no warm-up either
+
+
+def test_search_warmup_option_is_checked_and_keyed_only_when_on():
+    import train.automem as tr_job
+
+    off = tr_job.AutomemTrainConfig(output_dir="x")
+    on = tr_job.AutomemTrainConfig(output_dir="x", search_warmup="demonstrations")
+    assert tr_job.warmup_settings(off) == {} and tr_job.warmup_settings(on) == {"search_warmup": "demonstrations"}
+    with pytest.raises(ValueError, match="search_warmup"):
+        tr_job.AutomemTrainConfig(output_dir="x", search_warmup="all")
+
+
 def _rank_world(n_tasks: int = 4):
     """Search and validation batches where an architecture's search accuracy and its validation accuracy are
     opposite functions of its key: the search leader is the worst on validation."""

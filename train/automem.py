@@ -35,6 +35,10 @@ log = get_logger(__name__)
 class AutomemTrainConfig(RolloutConfig):
     output_dir: str = "outputs/automem/search"
     search_split: str = field(default="train", metadata={"help": "split whose tasks are cut into search + validation"})
+    search_warmup: str = field(default="none", metadata={
+        "help": "what every memory system stores before a search or validation batch, unscored: none | "
+                "demonstrations (the search split's demonstrations outside the batch, played by the expert): a pool "
+                "nearer the size held-out's warm-up gives, where retrieval competes with other worlds' units"})
     n_search: int = field(default=16, metadata={"help": "search-batch tasks (played in order, memory accumulates)"})
     n_val: int = field(default=8, metadata={"help": "validation-batch tasks"})
     budget: int = field(default=15, metadata={"help": "candidate evaluations per method and seed"})
@@ -91,6 +95,8 @@ class AutomemTrainConfig(RolloutConfig):
             int_option(self.stagnation, "stagnation", minimum=0),
             int_option(self.structure_after, "structure_after", minimum=0),
             (self.init in ("random", "known"), f"init must be random or known, got {self.init!r}"),
+            (self.search_warmup in SEARCH_WARMUPS,
+             f"search_warmup must be one of {SEARCH_WARMUPS}, got {self.search_warmup!r}"),
             (self.final_select in FINAL_SELECT,
              f"final_select must be one of {FINAL_SELECT}, got {self.final_select!r}"),
             (self.proposer in ("rule", "llm"), f"proposer must be rule or llm, got {self.proposer!r}"),
@@ -162,11 +168,14 @@ def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
     from routers.automem.search import run_automem, run_random
     from routers.automem.system import save_system_config
     from routers.automem.trace import EvaluationStore, first_reach
-    from routers.memagent.rollout import env_tasks
+    from routers.memagent.rollout import env_tasks, is_demonstration
 
     if evaluator is None:
         env, evaluator = build_evaluator(cfg, env)
-    search, val = split_tasks(env_tasks(env, cfg.search_split), cfg.n_search, cfg.n_val)
+    pool = env_tasks(env, cfg.search_split)
+    search, val = split_tasks(pool, cfg.n_search, cfg.n_val)
+    if cfg.search_warmup == "demonstrations":  # the evaluator skips those in the batch it plays
+        evaluator.warmup = [t for t in pool if is_demonstration(t)]
     annotate_world_tasks(env, search + val)  # the diagnosis's evidence on the persistent-world suite
     llm = None
     if cfg.backend:
@@ -176,13 +185,13 @@ def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
     out = Path(cfg.output_dir)
     fp = {"env": cfg.env, "agent": cfg.agent, "agent_model": cfg.agent_model, "memory_llm": cfg.memory_llm,
           "retriever": cfg.retriever, "memory_k": cfg.memory_k, "memory_words": cfg.memory_words,
-          "memory_guards": cfg.memory_guards, **guard_settings(cfg)}
+          "memory_guards": cfg.memory_guards, **guard_settings(cfg), **warmup_settings(cfg)}
     summary = {"schema_version": 1, "config": asdict(cfg), "seeds": {}}
     with OutputLock(out):
         save_resolved_config(out, cfg)
         if cfg.resume == "never":
             (out / "evaluations.jsonl").unlink(missing_ok=True)
-        store = EvaluationStore(out / "evaluations.jsonl", evaluation_settings(cfg))
+        store = EvaluationStore(out / "evaluations.jsonl", {**evaluation_settings(cfg), **warmup_settings(cfg)})
         for seed in cfg.seeds:
             d = out / f"seed{seed}"
             proposer = LLMProposer(llm) if cfg.proposer == "llm" else None
@@ -226,6 +235,14 @@ def evaluation_settings(cfg) -> dict:
     return {**{k: v for k, v in asdict(cfg).items() if k in keep}, "memory_llm": cfg.memory_llm,
             "retriever": cfg.retriever, "memory_k": cfg.memory_k, "memory_words": cfg.memory_words,
             "memory_guards": cfg.memory_guards, **guard_settings(cfg)}
+
+
+SEARCH_WARMUPS = ("none", "demonstrations")
+
+
+def warmup_settings(cfg) -> dict:
+    """The search warm-up in a fingerprint / store key only when on (runs before it keep their keys)."""
+    return {"search_warmup": cfg.search_warmup} if cfg.search_warmup != "none" else {}
 
 
 LATER_GUARDS = ("memory_route_guards", "memory_world_guards", "memory_site_guards")

@@ -2,8 +2,9 @@
 no-memory agent). Any callable with that signature works (a test's synthetic scorer, a remote runner); the
 default, :class:`RolloutEvaluator`, plays real rollouts through ``routers.memagent.rollout.rollout`` on any
 ``TaskEnvironment``: a fresh memory system per evaluation, tasks played in order, each one's Begin memory
-retrieved from what the earlier tasks stored (``warmup`` tasks are played and stored first, unscored; so are
-demonstrations, ``task.meta["demonstration"]``: the expert plays them, memory plays no part in them).
+retrieved from what the earlier tasks stored (``warmup`` tasks, except those in the batch, are played and stored
+first, unscored; so are demonstrations, ``task.meta["demonstration"]``: the expert plays them, memory plays no part
+in them).
 
 Per task it records success, tokens (injected memory tokens + memory-side LLM calls' prompt words) and the
 failure info the diagnosis reads: the rollout error / timeout, the memory trace (pool size, retrieved, judge
@@ -96,7 +97,8 @@ class RolloutEvaluator:
                              short_term_factory=self.short_term_factory, count_tokens=count, max_steps=self.max_steps)
         seen: list[str] = []  # raw text of the stored trajectories (is the evidence in experience at all?)
         out = []
-        warmup = self.warmup if system is not None else []  # without memory, nothing carries over
+        batch = {t.task_id for t in tasks}  # a warm-up task the batch plays itself is played once, scored
+        warmup = [t for t in self.warmup if t.task_id not in batch] if system is not None else []  # no memory: none
         for scored, task in [(False, t) for t in warmup] + [(not is_demonstration(t), t) for t in tasks]:
             memory, trace = "", {}
             calls0 = system.stats.get("llm_calls", 0) if system is not None else 0

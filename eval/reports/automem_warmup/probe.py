@@ -1,0 +1,64 @@
+"""Does a search warm-up make the search batch see what held-out sees? Plays given architectures on the search and
+validation batches of ``configs/automem/train/worlds_unseen_cpu.yaml`` with ``--search_warmup demonstrations`` (every
+memory system first stores the search split's demonstrations outside the batch) and writes accuracy by family,
+injected-pool sizes and the wall time per evaluation. The same architectures without the warm-up are in the search
+store (``families.py`` in eval/reports/automem_struct) and held-out in eval/reports/automem_site.
+
+    python eval/reports/automem_warmup/probe.py out.json 'workflow|hybrid|hybrid|tool_manager' ...
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import defaultdict
+
+from routers.automem import Arch
+from routers.base import git_revision, library_versions
+from routers.config import parse_config
+from routers.machine import machine_info
+from routers.memagent.rollout import env_tasks, is_demonstration
+from train.automem import AutomemTrainConfig, build_evaluator, make_parser, split_tasks
+
+SEEN = {f"world{i}" for i in range(6)}
+
+
+def family(task_id: str) -> str:
+    world, kind = task_id.split("-")[:2]
+    return kind if world in SEEN else "unseen"
+
+
+def main(out_path: str, archs: list[str]) -> None:
+    (cfg,) = parse_config(make_parser(), [AutomemTrainConfig], [
+        "configs/automem/train/worlds_unseen_cpu.yaml", "--search_warmup", "demonstrations",
+        "--output_dir", "/tmp/automem_warmup_probe"])
+    env, ev = build_evaluator(cfg)
+    pool = env_tasks(env, cfg.search_split)
+    search, val = split_tasks(pool, cfg.n_search, cfg.n_val)
+    ev.warmup = [t for t in pool if is_demonstration(t)]
+    rows = []
+    for key in archs:
+        for batch, tasks in (("search", search), ("validation", val)):
+            t0 = time.perf_counter()
+            results = ev(Arch.parse(key), tasks)
+            fams: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+            for r in results:
+                fams[family(r.task_id)][0] += bool(r.success)
+                fams[family(r.task_id)][1] += 1
+            pools = [((r.failure or {}).get("memory") or {}).get("pool") for r in results]
+            acc = round(sum(r.success for r in results) / len(results), 4)
+            rows.append({"arch": key, "batch": batch, "accuracy": acc,
+                         "by_family": {f: f"{s}/{n}" for f, (s, n) in sorted(fams.items())},
+                         "warmup_tasks": len([t for t in ev.warmup if t.task_id not in {u.task_id for u in tasks}]),
+                         "pool_first_last": [pools[0], pools[-1]], "seconds": round(time.perf_counter() - t0, 1)})
+            print(json.dumps(rows[-1]), flush=True)
+    with open(out_path, "w") as f:
+        json.dump({"config": "configs/automem/train/worlds_unseen_cpu.yaml --search_warmup demonstrations",
+                   "models": {"agent": cfg.agent_model, "encoder": cfg.encoder}, "machine": machine_info(),
+                   "versions": library_versions(), "git_revision": git_revision(),
+                   "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])
