@@ -452,7 +452,7 @@ def test_search_warmup_option_is_checked_and_keyed_only_when_on():
     on = tr_job.AutomemTrainConfig(output_dir="x", search_warmup="demonstrations")
     assert tr_job.warmup_settings(off) == {} and tr_job.warmup_settings(on) == {"search_warmup": "demonstrations"}
     with pytest.raises(ValueError, match="search_warmup"):
-        tr_job.AutomemTrainConfig(output_dir="x", search_warmup="all")
+        tr_job.AutomemTrainConfig(output_dir="x", search_warmup="everything")
 
 
 def _rank_world(n_tasks: int = 4):

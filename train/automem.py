@@ -36,9 +36,10 @@ class AutomemTrainConfig(RolloutConfig):
     output_dir: str = "outputs/automem/search"
     search_split: str = field(default="train", metadata={"help": "split whose tasks are cut into search + validation"})
     search_warmup: str = field(default="none", metadata={
-        "help": "what every memory system stores before a search or validation batch, unscored: none | "
-                "demonstrations (the search split's demonstrations outside the batch, played by the expert): a pool "
-                "nearer the size held-out's warm-up gives, where retrieval competes with other worlds' units"})
+        "help": "what every memory system plays and stores before a search or validation batch, unscored: none | "
+                "demonstrations (the search split's demonstrations outside the batch, played by the expert) | train "
+                "(every search-split task outside the batch, as held-out's warmup_split: train): a pool nearer the "
+                "one held-out tasks retrieve from"})
     n_search: int = field(default=16, metadata={"help": "search-batch tasks (played in order, memory accumulates)"})
     n_val: int = field(default=8, metadata={"help": "validation-batch tasks"})
     budget: int = field(default=15, metadata={"help": "candidate evaluations per method and seed"})
@@ -174,8 +175,8 @@ def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
         env, evaluator = build_evaluator(cfg, env)
     pool = env_tasks(env, cfg.search_split)
     search, val = split_tasks(pool, cfg.n_search, cfg.n_val)
-    if cfg.search_warmup == "demonstrations":  # the evaluator skips those in the batch it plays
-        evaluator.warmup = [t for t in pool if is_demonstration(t)]
+    if cfg.search_warmup != "none":  # the evaluator skips those in the batch it plays
+        evaluator.warmup = [t for t in pool if cfg.search_warmup == "train" or is_demonstration(t)]
     annotate_world_tasks(env, search + val)  # the diagnosis's evidence on the persistent-world suite
     llm = None
     if cfg.backend:
@@ -237,7 +238,7 @@ def evaluation_settings(cfg) -> dict:
             "memory_guards": cfg.memory_guards, **guard_settings(cfg)}
 
 
-SEARCH_WARMUPS = ("none", "demonstrations")
+SEARCH_WARMUPS = ("none", "demonstrations", "train")
 
 
 def warmup_settings(cfg) -> dict:

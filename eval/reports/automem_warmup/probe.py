@@ -1,10 +1,11 @@
 """Does a search warm-up make the search batch see what held-out sees? Plays given architectures on the search and
-validation batches of ``configs/automem/train/worlds_unseen_cpu.yaml`` with ``--search_warmup demonstrations`` (every
-memory system first stores the search split's demonstrations outside the batch) and writes accuracy by family,
-injected-pool sizes and the wall time per evaluation. The same architectures without the warm-up are in the search
+validation batches of ``configs/automem/train/worlds_unseen_cpu.yaml`` with ``--search_warmup demonstrations`` or
+``train`` (every memory system first stores the search split's demonstrations, or all its tasks, outside the batch)
+and writes accuracy by family, pool sizes and the wall time per evaluation. The same architectures without the warm-up are in the search
 store (``families.py`` in eval/reports/automem_struct) and held-out in eval/reports/automem_site.
 
-    python eval/reports/automem_warmup/probe.py out.json 'workflow|hybrid|hybrid|tool_manager' ...
+    python eval/reports/automem_warmup/probe.py demonstrations|train search|both out.json \
+        'workflow|hybrid|hybrid|tool_manager' ...
 """
 
 from __future__ import annotations
@@ -29,17 +30,17 @@ def family(task_id: str) -> str:
     return kind if world in SEEN else "unseen"
 
 
-def main(out_path: str, archs: list[str]) -> None:
+def main(warmup: str, batches: str, out_path: str, archs: list[str]) -> None:
     (cfg,) = parse_config(make_parser(), [AutomemTrainConfig], [
-        "configs/automem/train/worlds_unseen_cpu.yaml", "--search_warmup", "demonstrations",
+        "configs/automem/train/worlds_unseen_cpu.yaml", "--search_warmup", warmup,
         "--output_dir", "/tmp/automem_warmup_probe"])
     env, ev = build_evaluator(cfg)
     pool = env_tasks(env, cfg.search_split)
     search, val = split_tasks(pool, cfg.n_search, cfg.n_val)
-    ev.warmup = [t for t in pool if is_demonstration(t)]
+    ev.warmup = [t for t in pool if warmup == "train" or is_demonstration(t)]
     rows = []
     for key in archs:
-        for batch, tasks in (("search", search), ("validation", val)):
+        for batch, tasks in (("search", search), ("validation", val))[:2 if batches == "both" else 1]:
             t0 = time.perf_counter()
             results = ev(Arch.parse(key), tasks)
             fams: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -54,11 +55,11 @@ def main(out_path: str, archs: list[str]) -> None:
                          "pool_first_last": [pools[0], pools[-1]], "seconds": round(time.perf_counter() - t0, 1)})
             print(json.dumps(rows[-1]), flush=True)
     with open(out_path, "w") as f:
-        json.dump({"config": "configs/automem/train/worlds_unseen_cpu.yaml --search_warmup demonstrations",
+        json.dump({"config": f"configs/automem/train/worlds_unseen_cpu.yaml --search_warmup {warmup}",
                    "models": {"agent": cfg.agent_model, "encoder": cfg.encoder}, "machine": machine_info(),
                    "versions": library_versions(), "git_revision": git_revision(),
                    "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2:])
+    main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:])
