@@ -445,9 +445,28 @@ def test_warmup_tasks_are_stored_first_and_a_batch_plays_its_own_once():
     assert not ev(None, [unlock])[0].success                                   # no memory: no warm-up either
 
 
-def test_search_warmup_option_is_checked_and_keyed_only_when_on():
+def test_search_warmup_option_is_checked_and_keyed_only_when_on(tmp_path, monkeypatch):
     import train.automem as tr_job
+    from routers.automem.evaluate import RolloutEvaluator
 
+    world = VaultWorld(0)
+    world.tasks_by_split["train"] = world.tasks("search") + world.tasks("validation")
+    built = []
+
+    def fake_build(cfg, env=None):
+        built.append(RolloutEvaluator(world, ScriptedAgent(), encoder=HashEncoder(64), max_steps=3, max_words=60))
+        return world, built[-1]
+
+    monkeypatch.setattr(tr_job, "build_evaluator", fake_build)
+    argv = ["--n_search", "15", "--n_val", "15", "--budget", "1", "--k", "1", "--seeds", "0", "--agent", "random",
+            "--final_validate", "1", "--random_baseline", "false"]
+    tr_job.main(["--output_dir", str(tmp_path / "on"), "--search_warmup", "train", *argv])
+    assert [t.task_id for t in built[-1].warmup] == [t.task_id for t in world.tasks("train")]  # batches skip theirs
+    trace = json.loads((tmp_path / "on" / "seed0" / "automem_trace.json").read_text())
+    assert trace["fingerprint"]["search_warmup"] == "train"
+    tr_job.main(["--output_dir", str(tmp_path / "off"), *argv])
+    assert built[-1].warmup == [] and "search_warmup" not in json.loads(
+        (tmp_path / "off" / "seed0" / "automem_trace.json").read_text())["fingerprint"]
     off = tr_job.AutomemTrainConfig(output_dir="x")
     on = tr_job.AutomemTrainConfig(output_dir="x", search_warmup="demonstrations")
     assert tr_job.warmup_settings(off) == {} and tr_job.warmup_settings(on) == {"search_warmup": "demonstrations"}
