@@ -397,17 +397,23 @@ def test_split_deals_worlds_without_own_memory_to_both_batches():
         assert search == sorted(search, key=tasks.index)
 
 
-def test_demonstrations_are_stored_but_not_scored():
-    """A demonstration (expert-played) task feeds memory; only the agent's tasks count towards accuracy."""
+def _demo_and_unlock(world):
+    """A scout task made a demonstration, the unlock task whose code only that scout finds, and an architecture
+    that keeps the code."""
     from dataclasses import replace
 
-    world, ev = make_evaluator()
     tasks = world.tasks("search")
     scouts = [t for t in tasks if t.meta["kind"] == "scout"]
     scout = next(t for t in scouts if sum(u.meta["room"] == t.meta["room"] for u in scouts) == 1)  # one code
     unlock = next(t for t in tasks if t.meta["kind"] == "unlock" and t.meta["room"] == scout.meta["room"])
     demo = replace(scout, meta={**scout.meta, "demonstration": True, "walkthrough": ["look"]})
-    arch = Arch(("trajectory",), "vector", "hybrid", "lightweight")
+    return demo, unlock, Arch(("trajectory",), "vector", "hybrid", "lightweight")
+
+
+def test_demonstrations_are_stored_but_not_scored():
+    """A demonstration (expert-played) task feeds memory; only the agent's tasks count towards accuracy."""
+    world, ev = make_evaluator()
+    demo, unlock, arch = _demo_and_unlock(world)
     results = ev(arch, [demo, unlock])
     assert [r.task_id for r in results] == [unlock.task_id] and results[0].success  # the demo's memory unlocked it
     assert [r.task_id for r in ev(None, [demo, unlock])] == [unlock.task_id] and not ev(None, [unlock])[0].success
@@ -416,8 +422,6 @@ def test_demonstrations_are_stored_but_not_scored():
 def test_warmup_tasks_are_stored_first_and_a_batch_plays_its_own_once():
     """``warmup`` (the search warm-up, held-out's warm-up split) is played and stored before the batch, unscored; a
     warm-up task the batch itself holds is played once, in the batch (no second copy of its episode in memory)."""
-    from dataclasses import replace
-
     from routers.automem.system import MemorySystem
 
     stored = []
@@ -429,12 +433,7 @@ def test_warmup_tasks_are_stored_first_and_a_batch_plays_its_own_once():
         return system
 
     world, ev = make_evaluator(system_factory=factory)
-    tasks = world.tasks("search")
-    scouts = [t for t in tasks if t.meta["kind"] == "scout"]
-    scout = next(t for t in scouts if sum(u.meta["room"] == t.meta["room"] for u in scouts) == 1)  # one code
-    unlock = next(t for t in tasks if t.meta["kind"] == "unlock" and t.meta["room"] == scout.meta["room"])
-    demo = replace(scout, meta={**scout.meta, "demonstration": True, "walkthrough": ["look"]})
-    arch = Arch(("trajectory",), "vector", "hybrid", "lightweight")
+    demo, unlock, arch = _demo_and_unlock(world)
     assert not ev(arch, [unlock])[0].success                                   # nothing stored: no code
     ev.warmup = [demo]
     results = ev(arch, [unlock])
