@@ -12,7 +12,7 @@ import pytest
 from routers.automem import Arch, TaskResult, valid
 from routers.automem.ledger import Ledger, ObservationGraph
 from routers.automem.proposer import Proposal, RuleProposer, SearchContext, _apply
-from routers.automem.search import run_automem
+from routers.automem.search import _structure, run_automem
 from routers.memagent.protocol import Task
 
 GRAPH_LEADER = Arch(("insight", "shortcut"), "graph", "cbr_rerank", "graph_consolidate")
@@ -84,10 +84,6 @@ class EncodeOnlyProposer(RuleProposer):
                 out.append(Proposal(arch, "gradient", ctx.leader.key, ["encode", opt]))
                 seen.add(arch.key)
         return out if ctx.leader else super().propose(ctx, k)
-
-
-def _structure(key):
-    return key.split("|", 1)[1]
 
 
 def test_a_held_structure_gives_one_slot_per_round_to_a_store_retrieve_or_manage_edit(tmp_path):

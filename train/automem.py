@@ -169,14 +169,14 @@ def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
     from routers.automem.search import run_automem, run_random
     from routers.automem.system import save_system_config
     from routers.automem.trace import EvaluationStore, first_reach
-    from routers.memagent.rollout import env_tasks, is_demonstration
+    from routers.memagent.rollout import env_tasks
 
     if evaluator is None:
         env, evaluator = build_evaluator(cfg, env)
     pool = env_tasks(env, cfg.search_split)
     search, val = split_tasks(pool, cfg.n_search, cfg.n_val)
     if cfg.search_warmup != "none":  # the evaluator skips those in the batch it plays
-        evaluator.warmup = [t for t in pool if cfg.search_warmup == "train" or is_demonstration(t)]
+        evaluator.warmup = warmup_tasks(pool, cfg.search_warmup)
     annotate_world_tasks(env, search + val)  # the diagnosis's evidence on the persistent-world suite
     llm = None
     if cfg.backend:
@@ -239,6 +239,13 @@ def evaluation_settings(cfg) -> dict:
 
 
 SEARCH_WARMUPS = ("none", "demonstrations", "train")
+
+
+def warmup_tasks(pool: list, mode: str) -> list:
+    """The tasks a ``search_warmup`` mode stores before each batch (the evaluator skips the batch's own)."""
+    from routers.memagent.rollout import is_demonstration
+
+    return [] if mode == "none" else [t for t in pool if mode == "train" or is_demonstration(t)]
 
 
 def warmup_settings(cfg) -> dict:

@@ -21,8 +21,8 @@ from routers.base import git_revision, library_versions
 from routers.io import atomic_write_json
 from routers.config import parse_config
 from routers.machine import machine_info
-from routers.memagent.rollout import env_tasks, is_demonstration
-from train.automem import AutomemTrainConfig, build_evaluator, make_parser, split_tasks
+from routers.memagent.rollout import env_tasks
+from train.automem import AutomemTrainConfig, build_evaluator, make_parser, split_tasks, warmup_tasks
 
 SEEN = {f"world{i}" for i in range(6)}
 
@@ -39,7 +39,7 @@ def main(warmup: str, batches: str, out_path: str, archs: list[str], options: li
     env, ev = build_evaluator(cfg)
     pool = env_tasks(env, cfg.search_split)
     search, val = split_tasks(pool, cfg.n_search, cfg.n_val)
-    ev.warmup = [t for t in pool if warmup == "train" or is_demonstration(t)] if warmup != "none" else []
+    ev.warmup = warmup_tasks(pool, warmup)
     rows = []
     for key in archs:  # "none": the no-memory agent
         for batch, tasks in (("search", search), ("validation", val))[:2 if batches == "both" else 1]:
