@@ -1,6 +1,7 @@
 """The rule proposer's exploration edit (and the search's structure slot): an edit the cross-module constraints forbid on its own is repaired by one
 other module's change instead of being skipped, so coupled choices (graph store + graph_consolidate) do not trap
-the search in one region of the space."""
+the search in one region of the space. Also the structure slot and ``prune_declarative``'s order of the diagnosis's
+``unusable_form`` edits."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import random
 
 import pytest
 
-from routers.automem import Arch, TaskResult, valid
+from routers.automem import Arch, TaskResult, diagnose, valid
+from routers.automem.diagnosis import recommended_edits
 from routers.automem.ledger import Ledger, ObservationGraph
 from routers.automem.proposer import Proposal, RuleProposer, SearchContext, _apply
 from routers.automem.search import _structure, run_automem
@@ -124,3 +126,55 @@ def test_a_held_structure_gives_one_slot_per_round_to_a_store_retrieve_or_manage
             for r in (3, 4, 5)] == [1, 0, 1]
     with pytest.raises(ValueError, match="structure_after"):
         run_automem(evaluate, S, V, budget=2, structure_after=-1)
+
+
+MIXED = Arch(("tip", "insight", "workflow"), "vector", "hybrid", "tool_manager")
+
+
+def _not_acted_on(task_id: str) -> TaskResult:
+    """A failure whose evidence was injected with only its own task's units and never acted on: ``unusable_form``."""
+    return TaskResult(task_id, False, tokens=10, failure={
+        "timeout": False, "evidence_seen": True, "evidence_in_pool": True, "evidence_retrieved": True,
+        "evidence_injected": True, "stale_injected": False, "source_units": 3, "evidence_followed": False,
+        "foreign_injected": 0, "memory": {"pool": 4, "retrieved": ["a"], "kept": ["a"]}})
+
+
+def test_prune_declarative_orders_the_unusable_form_edits_by_what_the_leader_already_encodes():
+    fails = [("x", _not_acted_on(f"t{i}")) for i in range(3)]
+    on = diagnose(fails, MIXED, prune_declarative=True)
+    assert on["failure_mode"] == "unusable_form"
+    assert on["recommended_edit"]["edits"] == [["encode", "-insight"], ["encode", "-tip"], ["encode", "+workflow"],
+                                               ["encode", "+shortcut"], ["encode", "+trajectory"]]
+    assert diagnose(fails, MIXED)["recommended_edit"]["edits"][:2] == [["encode", "+workflow"], ["encode", "+shortcut"]]
+    # no procedural form yet (add one first), or no declarative one to remove: the order stays
+    for arch in (Arch(("tip", "insight"), "vector", "hybrid", "lightweight"), Arch(("workflow",), "json", "hybrid",
+                                                                                   "tool_manager")):
+        assert recommended_edits("unusable_form", arch, True) == recommended_edits("unusable_form", arch)
+    assert recommended_edits("retrieval_noise", MIXED, True) == recommended_edits("retrieval_noise", MIXED)
+
+
+class FixedInit(RuleProposer):
+    """Round 1 evaluates the mixed-encoder system (the leader) and one weaker system."""
+
+    def _init(self, ctx, k):
+        return [Proposal(MIXED, "init"), Proposal(Arch(("trajectory",), "json", "hybrid", "lightweight"), "init")]
+
+
+def test_the_search_removes_a_declarative_encoder_first_when_prune_declarative_is_on(tmp_path):
+    S, V = [Task(f"s-{i}", "fetch") for i in range(4)], [Task(f"v-{i}", "fetch") for i in range(4)]
+
+    def evaluate(arch, tasks):  # the mixed system solves 2 of 4, the others 1; every failure reads unusable_form
+        lv = 0 if arch is None else 2 if arch.key == MIXED.key else 1
+        return [TaskResult(t.task_id, True, tokens=10) if i < lv else _not_acted_on(t.task_id)
+                for i, t in enumerate(tasks)]
+
+    edits = {}
+    for name, on in (("off", False), ("on", True)):
+        trace = run_automem(evaluate, S, V, budget=4, k=2, seed=0, proposer=FixedInit(), prune_declarative=on,
+                            trace_path=tmp_path / f"{name}.json")
+        assert trace["gradients"][0]["failure_mode"] == "unusable_form"
+        edits[name] = [p["edit"] for p in trace["evaluations"] if p["round"] == 2]
+        fingerprint = json.loads((tmp_path / f"{name}.json").read_text())["fingerprint"]
+        assert fingerprint.get("prune_declarative") is (True if on else None)
+    assert edits == {"off": [["encode", "+shortcut"], ["encode", "+trajectory"]],
+                     "on": [["encode", "-insight"], ["encode", "-tip"]]}

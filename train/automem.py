@@ -57,6 +57,10 @@ class AutomemTrainConfig(RolloutConfig):
     structure_after: int = field(default=0, metadata={
         "help": "AutoMem: once the leader has kept one Store|Retrieve|Manage for this many rounds, one candidate per "
                 "round edits Store, Retrieve or Manage (the observation graph's most promising choice; 0: off)"})
+    prune_declarative: bool = field(default=False, metadata={
+        "help": "AutoMem: when the diagnosis reads unusable_form (evidence injected alone, not acted on) and the leader "
+                "encodes a procedural unit (workflow, shortcut, trajectory) beside tip / insight, remove the declarative "
+                "encoder before adding another procedural one"})
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     init: str = field(default="random", metadata={"help": "round-1 candidates: random (as random search) | known "
                                                          "(human-designed systems as tuples)"})
@@ -201,7 +205,7 @@ def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
                             diagnosis_llm=llm, init=cfg.init, resume=cfg.resume,
                             final_validate=cfg.final_validate, store=store,
                             final_select=cfg.final_select, stagnation=cfg.stagnation,
-                            structure_after=cfg.structure_after)
+                            structure_after=cfg.structure_after, prune_declarative=cfg.prune_declarative)
             row = {"automem": _brief(a)}
             if cfg.random_baseline:
                 r = run_random(evaluator, search, val, budget=cfg.budget, seed=seed,

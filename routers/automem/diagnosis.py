@@ -33,6 +33,9 @@ apart: it did (and still failed): unattributed, not memory's failure; it did not
 injected beside the evidence: retrieval noise; it did not with only the evidence's own units in context: the form is
 what failed (``unusable_form``), so the edit is a procedural form closer to the agent's actions -- the numbered
 ``workflow`` first, then the ``shortcut`` macro and the grounded ``trajectory`` -- and fewer declarative units.
+``prune_declarative=True`` (off by default) puts the fewer declarative units first when the leader already encodes a
+procedural form beside ``tip`` / ``insight``: the agent had that form in context and did not act on it, so another
+procedural unit beside the same declarative ones is the weaker edit (the budget's K slots rarely reach the fourth).
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ FAILURE_MODULE = {"extraction_gap": "encode", "low_quality_extraction": "encode"
                   "judge_rejected": "store", "retrieval_noise": "retrieve", "stale_memory": "manage",
                   "memory_misled": "retrieve"}
 OUT_OF_SCOPE = ("tool_error", "timeout", "no_experience", "stale_withheld", "unattributed")
+PROCEDURAL = ("workflow", "shortcut", "trajectory")  # unit forms that name the agent's actions
+DECLARATIVE = ("tip", "insight")
 _TIMEOUT = re.compile(r"timeout|timed out|budget", re.IGNORECASE)
 
 # the edits a failure mode recommends, in order of preference (single-coordinate, filtered for validity later)
@@ -124,10 +129,21 @@ def misled(result: TaskResult, baseline: Mapping[str, bool] | None) -> bool:
                 and not f.get("timeout") and f.get("injected_words"))
 
 
+def recommended_edits(mode: str, arch: Arch | None = None, prune_declarative: bool = False) -> list[list[str]]:
+    """A failure mode's edits in order of preference; with ``prune_declarative``, an ``unusable_form`` of a leader
+    that holds a procedural and a declarative encoder tries the declarative removals first (order kept within)."""
+    edits = [list(e) for e in EDITS[mode]]
+    if prune_declarative and mode == "unusable_form" and arch is not None \
+            and set(arch.encode) & set(PROCEDURAL) and set(arch.encode) & set(DECLARATIVE):
+        edits.sort(key=lambda e: not (e[1][:1] == "-" and e[1][1:] in DECLARATIVE))
+    return edits
+
+
 def diagnose(failures: Sequence[tuple[str, TaskResult]], arch: Arch | None = None, llm=None,
-             max_llm_traces: int = 4, baseline: Mapping[str, bool] | None = None) -> dict:
+             max_llm_traces: int = 4, baseline: Mapping[str, bool] | None = None,
+             prune_declarative: bool = False) -> dict:
     """The round's textual gradient from ``(arch_key, result)`` pairs of failed tasks (``baseline``: the no-memory
-    agent's success per task id, for ``memory_misled``). Returns
+    agent's success per task id, for ``memory_misled``; ``prune_declarative``: ``recommended_edits``). Returns
     ``{module, letter, failure_mode, evidence_ids, confidence, recommended_edit, histogram, modes,
     out_of_scope, n_failures, cross_source_agreement}`` (module None when nothing is in scope)."""
     modes: Counter = Counter()
@@ -166,7 +182,7 @@ def diagnose(failures: Sequence[tuple[str, TaskResult]], arch: Arch | None = Non
     grad.update(module=module, letter=MODULE_LETTER[module], failure_mode=mode,
                 evidence_ids=sorted(set(per_mode_ids[mode]))[:5],
                 confidence="high" if share >= 0.6 and total >= 3 else "medium" if share >= 0.4 else "low",
-                recommended_edit={"module": module, "edits": [list(e) for e in EDITS[mode]],
+                recommended_edit={"module": module, "edits": recommended_edits(mode, arch, prune_declarative),
                                   "from": _current(arch, module)})
     if llm is not None:
         grad = _llm_review(grad, failures, llm, max_llm_traces)

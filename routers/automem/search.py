@@ -17,7 +17,8 @@ search accuracy has not improved for N rounds, one slot per round goes to a rand
 one-module edits of a plateau's leader tend to tie it). ``structure_after=N`` (0: off, the default): once the leader
 has kept one Store | Retrieve | Manage for N rounds, one slot per round goes to the proposer's exploration edit of
 those three modules (``origin: structure``): the gradient's edits can fill every slot with Encode edits of the
-round-1 winner's structure. At the end both methods validate their ``final_validate`` best candidates by search
+round-1 winner's structure. ``prune_declarative`` (off by default): the diagnosis's ``unusable_form`` edits remove a
+declarative encoder first when the leader also encodes a procedural one (``routers.automem.diagnosis``). At the end both methods validate their ``final_validate`` best candidates by search
 accuracy (then cost) and report the best on validation (``final_select``: or by pooled or search accuracy): a
 search-batch leader that does not carry over loses to a runner-up that does.
 Everything is in the trace JSON, written after every evaluation; rerunning resumes from it without re-evaluating
@@ -157,7 +158,7 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
                 val_every: int = 2, seed: int = 0, trace_path=None, fingerprint: dict | None = None, proposer=None,
                 diagnosis_llm=None, init: str = "random", resume: str = "auto", max_resample: int = 50,
                 final_validate: int = 3, store=None, final_select: str = "validation", stagnation: int = 0,
-                structure_after: int = 0) -> dict:
+                structure_after: int = 0, prune_declarative: bool = False) -> dict:
     if budget < 1 or k < 1 or val_every < 1 or final_validate < 1:
         raise ValueError("budget, k, val_every and final_validate must be >= 1")
     for name, value in (("stagnation", stagnation), ("structure_after", structure_after)):
@@ -169,7 +170,8 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
           "search_tasks": [t.task_id for t in search_tasks], "val_tasks": [t.task_id for t in val_tasks],
           "proposer": getattr(proposer, "name", "rule"), "final_validate": final_validate,
           **({"stagnation": stagnation} if stagnation else {}),
-          **({"structure_after": structure_after} if structure_after else {}), **(fingerprint or {})}
+          **({"structure_after": structure_after} if structure_after else {}),
+          **({"prune_declarative": True} if prune_declarative else {}), **(fingerprint or {})}
     rt = Runtime(evaluate, trace_path, fp, "automem", resume, store, diagnosed_batch="search")
     proposer = proposer or RuleProposer()
     rng = random.Random(seed)
@@ -257,7 +259,8 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
         if lead and (round_ % val_every == 0 or len(points) >= budget) \
                 and all(v["arch"] != lead_key for v in validations):
             validations.append(_validate(rt, lead_key, val_tasks, base_v, round_, lead))
-        gradient = diagnose(failures, Arch.parse(lead_key) if lead_key else None, diagnosis_llm, baseline=base_ok)
+        gradient = diagnose(failures, Arch.parse(lead_key) if lead_key else None, diagnosis_llm, baseline=base_ok,
+                            prune_declarative=prune_declarative)
         gradient["round"] = round_
         gradients.append(gradient)
         rt.save(state())
