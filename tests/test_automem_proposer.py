@@ -1,7 +1,7 @@
-"""The rule proposer's exploration edit (and the search's structure slot): an edit the cross-module constraints forbid on its own is repaired by one
+"""The rule proposer's exploration edit: an edit the cross-module constraints forbid on its own is repaired by one
 other module's change instead of being skipped, so coupled choices (graph store + graph_consolidate) do not trap
-the search in one region of the space. Also the structure slot and ``prune_declarative``'s order of the diagnosis's
-``unusable_form`` edits."""
+the search in one region of the space. Also the search's structure slot and ``prune_declarative``'s order of the
+diagnosis's ``unusable_form`` edits."""
 
 from __future__ import annotations
 
