@@ -42,7 +42,7 @@ log = get_logger(__name__)
 # the option ran with (a search resolved before guards existed ran without them)
 MEMORY_OPTIONS = {"memory_llm": None, "retriever": None, "memory_k": 3, "memory_words": 120, "memory_guards": False,
                   "memory_route_guards": False, "memory_world_guards": False,
-                  "memory_site_guards": False}
+                  "memory_site_guards": False, "memory_world_scope": False}
 
 
 @dataclass
@@ -67,6 +67,9 @@ class AutomemEvalConfig(RolloutConfig):
         "help": "the world guard (as in memroute train automem): also withhold units written in another world"})
     memory_site_guards: bool = field(default=True, metadata={
         "help": "the site guard (as in memroute train automem): also withhold a failure's record about another site"})
+    memory_world_scope: bool = field(default=False, metadata={
+        "help": "retrieve only among the goal's world's units (as in memroute train automem); on with a search run "
+                "without it: the search's picks replayed with scoped retrieval (the ablation)"})
     score_candidates: int = field(default=0, metadata={
         "help": "also play the N best distinct search candidates (all seeds and methods, by search accuracy; -1: "
                 "every one) held-out and report how search / validation accuracy rank them against held-out "

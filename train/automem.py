@@ -84,6 +84,10 @@ class AutomemTrainConfig(RolloutConfig):
     memory_site_guards: bool = field(default=True, metadata={
         "help": "also withhold a unit written from a failed episode (insight, failed trajectory) when the goal seeks "
                 "nothing where the failed task did (guards.other_site); false: the runs before this guard"})
+    memory_world_scope: bool = field(default=False, metadata={
+        "help": "retrieve only among units written in the goal's world: another world's units do not take the k "
+                "retrieval slots the world guard would then empty (large multi-world pools, e.g. held-out after "
+                "warmup_split train)"})
     random_baseline: bool = True
     export_seed: int | None = None
     resume: str = "auto"
@@ -257,7 +261,7 @@ def warmup_settings(cfg) -> dict:
     return {"search_warmup": cfg.search_warmup} if cfg.search_warmup != "none" else {}
 
 
-LATER_GUARDS = ("memory_route_guards", "memory_world_guards", "memory_site_guards")
+LATER_GUARDS = ("memory_route_guards", "memory_world_guards", "memory_site_guards", "memory_world_scope")
 
 
 def guard_settings(cfg) -> dict:

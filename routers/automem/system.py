@@ -19,7 +19,9 @@ sought somewhere else (``routers.automem.guards``; their ids are the trace's ``s
 (default) also units whose successful route took nothing from where the goal sends its item (it leads elsewhere;
 ``off_route``); with ``world_guards`` (default) units written in another world than the goal's (``other_world``:
 the trace's ``other_world``); with ``site_guards`` (default) a unit written from a failed episode when the goal seeks
-nothing where the failed task did (``other_site``).
+nothing where the failed task did (``other_site``). With ``world_scope`` (off by default) another world's units are
+not candidates at all: retrieval ranks only the goal's world's units, so in a pool of many worlds the ``k`` slots are
+not spent on units the world guard then withholds (the trace's ``out_of_scope`` counts them).
 """
 
 from __future__ import annotations
@@ -49,14 +51,15 @@ class MemorySystem(BaseProvider):
     llm_graph entity extraction and HyDE use it; ``encoder`` embeds keys (a trained ``RetrieverRouter`` export
     plugs in here for contrastive retrieval); ``k`` units are retrieved, at most ``max_words`` injected;
     ``judge`` / ``guards`` / ``route_guards`` / ``world_guards`` / ``site_guards`` switch the injection judge's
-    goal-overlap, avoid_when, route, world and failure-site checks."""
+    goal-overlap, avoid_when, route, world and failure-site checks; ``world_scope`` retrieves within the goal's
+    world only."""
 
     name, family, gate = "automem", "insight", "all"
     reference = "AutoMem (seed 003): Encode / Store / Retrieve / Manage"
 
     def __init__(self, arch, encoder=None, llm=None, *, k: int = 3, max_words: int = 120, max_items: int = 200,
                  judge: bool = True, guards: bool = True, route_guards: bool = True, world_guards: bool = True,
-                 site_guards: bool = True, llm_encode: bool = True, **kw):
+                 site_guards: bool = True, world_scope: bool = False, llm_encode: bool = True, **kw):
         arch = as_arch(arch)
         problems = violations(arch)
         if problems:
@@ -73,6 +76,7 @@ class MemorySystem(BaseProvider):
         self.route_guards = route_guards
         self.world_guards = world_guards
         self.site_guards = site_guards
+        self.world_scope = world_scope
         super().__init__(encoder=encoder, llm=llm, k=k, **kw)
         self.encode_units = Encoder(arch.encode, ask=self._ask if (llm is not None and llm_encode) else None,
                                     max_prompt_words=self.max_prompt_words)
@@ -87,7 +91,7 @@ class MemorySystem(BaseProvider):
     def params(self) -> dict:
         return {**super().params(), "arch": self.arch.to_dict(), "max_items": self.max_items, "judge": self.judge,
                 "guards": self.guards, "route_guards": self.route_guards, "world_guards": self.world_guards,
-                "site_guards": self.site_guards}
+                "site_guards": self.site_guards, "world_scope": self.world_scope}
 
     # -- store ---------------------------------------------------------------------------------------------
     def _entities(self, goal: str, text: str) -> list[str]:
@@ -141,6 +145,10 @@ class MemorySystem(BaseProvider):
         live = [i for i, it in enumerate(st.items) if "valid_to" not in it.meta]
         self.last_trace = {"pool": len(live), "retrieved": [], "kept": [], "dropped": [], "stale": [], "off_route": [],
                            "other_world": [], "other_site": []}
+        if self.world_scope:  # another world's units never compete for the k slots
+            scoped = [i for i in live if not other_world(st.items[i].meta.get("world"), goal)]
+            self.last_trace["out_of_scope"] = len(live) - len(scoped)
+            live = scoped
         if not live:
             return Retrieved(self.name, "", [])
         base = self.score_items(*self.query(goal), state=st)
@@ -192,7 +200,8 @@ class MemorySystem(BaseProvider):
 
 
 # -- the loadable memory-system config ----------------------------------------------------------------------
-SYSTEM_OPTIONS = ("k", "max_words", "max_items", "judge", "guards", "route_guards", "world_guards", "site_guards")
+SYSTEM_OPTIONS = ("k", "max_words", "max_items", "judge", "guards", "route_guards", "world_guards", "site_guards",
+                  "world_scope")
 
 
 def system_config(arch, *, encoder: str | None = None, llm: str | None = None, retriever: str | None = None,
