@@ -58,9 +58,9 @@ class AutomemTrainConfig(RolloutConfig):
         "help": "AutoMem: once the leader has kept one Store|Retrieve|Manage for this many rounds, one candidate per "
                 "round edits Store, Retrieve or Manage (the observation graph's most promising choice; 0: off)"})
     prune_declarative: bool = field(default=False, metadata={
-        "help": "AutoMem: when the diagnosis reads unusable_form (evidence injected alone, not acted on) and the leader "
-                "encodes a procedural unit (workflow, shortcut, trajectory) beside tip / insight, remove the declarative "
-                "encoder before adding another procedural one"})
+        "help": "AutoMem: when the diagnosis reads unusable_form (evidence injected alone, not acted on) and the "
+                "leader encodes a procedural unit (workflow, shortcut, trajectory) beside tip / insight, remove the "
+                "declarative encoder before adding another procedural one"})
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     init: str = field(default="random", metadata={"help": "round-1 candidates: random (as random search) | known "
                                                          "(human-designed systems as tuples)"})
