@@ -19,8 +19,9 @@ has kept one Store | Retrieve | Manage for N rounds, one slot per round goes to 
 those three modules (``origin: structure``): the gradient's edits can fill every slot with Encode edits of the
 round-1 winner's structure. ``prune_declarative`` (off by default): the diagnosis's ``unusable_form`` edits remove a
 declarative encoder first when the leader also encodes a procedural one (``routers.automem.diagnosis``). At the end
-both methods validate their ``final_validate`` best candidates by search accuracy (then cost) and report the best on validation (``final_select``: or by pooled or search accuracy): a
-search-batch leader that does not carry over loses to a runner-up that does.
+both methods validate their ``final_validate`` best candidates by search accuracy (then cost) and report the best on
+validation (``final_select``: or by pooled or search accuracy): a search-batch leader that does not carry over loses
+to a runner-up that does.
 Everything is in the trace JSON, written after every evaluation; rerunning resumes from it without re-evaluating
 (``store``: evaluations shared with other traces, ``routers.automem.trace.EvaluationStore``).
 """
