@@ -261,6 +261,7 @@ def warmup_settings(cfg) -> dict:
     return {"search_warmup": cfg.search_warmup} if cfg.search_warmup != "none" else {}
 
 
+# memory options added after the first runs (world_scope is a retrieval scope, keyed and exported the same way)
 LATER_GUARDS = ("memory_route_guards", "memory_world_guards", "memory_site_guards", "memory_world_scope")
 
 
