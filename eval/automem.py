@@ -42,7 +42,8 @@ log = get_logger(__name__)
 # the option ran with (a search resolved before guards existed ran without them)
 MEMORY_OPTIONS = {"memory_llm": None, "retriever": None, "memory_k": 3, "memory_words": 120, "memory_guards": False,
                   "memory_route_guards": False, "memory_world_guards": False,
-                  "memory_site_guards": False, "memory_world_scope": False}
+                  "memory_site_guards": False, "memory_world_scope": False,
+                  "memory_guards_first": False}
 
 
 @dataclass
@@ -70,6 +71,12 @@ class AutomemEvalConfig(RolloutConfig):
     memory_world_scope: bool = field(default=False, metadata={
         "help": "retrieve only among the goal's world's units (as in memroute train automem); on with a search run "
                 "without it: the search's picks replayed with scoped retrieval (the ablation)"})
+    memory_guards_first: bool = field(default=False, metadata={
+        "help": "apply the guards before ranking (as in memroute train automem); on with a search run without it: "
+                "the search's picks replayed with guarded retrieval (the ablation)"})
+    archs: list[str] = field(default_factory=list, metadata={
+        "help": "play these architecture keys ('workflow|json|cbr_rerank|json_full' ...) and no memory held-out "
+                "instead of a search's picks; search_dir is not read (eval/automem_archs.py)"})
     score_candidates: int = field(default=0, metadata={
         "help": "also play the N best distinct search candidates (all seeds and methods, by search accuracy; -1: "
                 "every one) held-out and report how search / validation accuracy rank them against held-out "
@@ -257,11 +264,16 @@ def run(cfg: AutomemEvalConfig, evaluator=None, env=None) -> dict:
     from routers.memagent.rollout import env_tasks
     from train.automem import build_evaluator, system_guards
 
-    summary, traces = read_search(cfg.search_dir)
-    diff = differing_rollout_options(cfg, cfg.search_dir)
-    if diff:  # a different agent or suite than the search's is allowed (transfer) but never silent
-        log.warning("evaluating with options that differ from the search's (%s: search -> eval): %s",
-                    Path(cfg.search_dir) / "resolved_config.yaml", diff)
+    if cfg.archs:
+        from eval.automem_archs import check_archs, run_archs
+
+        check_archs(cfg.archs)  # before the environment is built
+    else:
+        summary, traces = read_search(cfg.search_dir)
+        diff = differing_rollout_options(cfg, cfg.search_dir)
+        if diff:  # a different agent or suite than the search's is allowed (transfer) but never silent
+            log.warning("evaluating with options that differ from the search's (%s: search -> eval): %s",
+                        Path(cfg.search_dir) / "resolved_config.yaml", diff)
     if evaluator is None:
         env, evaluator = build_evaluator(cfg, env)
     tasks = env_tasks(env, cfg.test_split)
@@ -271,6 +283,12 @@ def run(cfg: AutomemEvalConfig, evaluator=None, env=None) -> dict:
     if not tasks:
         raise ValueError(f"split {cfg.test_split!r} has no tasks")
     out = Path(cfg.output_dir)
+    if cfg.archs:
+        with OutputLock(out):
+            save_resolved_config(out, cfg)
+            store = held_out_store(cfg, out, evaluator)
+            return run_archs(cfg, tasks, lambda key: _held_out(evaluator, key, tasks, store),
+                             {name: getattr(cfg, name) for name in MEMORY_OPTIONS})
     results: dict = {"schema_version": 1, "search_dir": cfg.search_dir, "test_split": cfg.test_split,
                      "n_test": len(tasks), "warmup_split": cfg.warmup_split, "seeds": {},
                      "options_differing_from_search": {k: list(v) for k, v in diff.items()},

@@ -88,6 +88,9 @@ class AutomemTrainConfig(RolloutConfig):
         "help": "retrieve only among units written in the goal's world: another world's units do not take the k "
                 "retrieval slots the world guard would then empty (large multi-world pools, e.g. held-out after "
                 "warmup_split train)"})
+    memory_guards_first: bool = field(default=False, metadata={
+        "help": "apply every guard (avoid_when, route, world, site) to the pool before ranking: the k retrieval slots "
+                "go to the best units that pass instead of units the guards then withhold"})
     random_baseline: bool = True
     export_seed: int | None = None
     resume: str = "auto"
@@ -261,8 +264,10 @@ def warmup_settings(cfg) -> dict:
     return {"search_warmup": cfg.search_warmup} if cfg.search_warmup != "none" else {}
 
 
-# memory options added after the first runs (world_scope is a retrieval scope, keyed and exported the same way)
-LATER_GUARDS = ("memory_route_guards", "memory_world_guards", "memory_site_guards", "memory_world_scope")
+# memory options added after the first runs (world_scope and guards_first change where guards act, keyed and exported
+# the same way)
+LATER_GUARDS = ("memory_route_guards", "memory_world_guards", "memory_site_guards", "memory_world_scope",
+                "memory_guards_first")
 
 
 def guard_settings(cfg) -> dict:

@@ -90,6 +90,8 @@ def scope(result: TaskResult) -> str | None:
     withheld = mem.get("stale") or mem.get("off_route") or mem.get("other_world") or mem.get("other_site")
     if withheld and not mem.get("kept") and not mem.get("dropped"):
         return "stale_withheld"  # the guards withheld every retrieved unit: it ran as without memory
+    if mem.get("guarded_out") and not mem.get("retrieved"):
+        return "stale_withheld"  # guards_first: the guards withheld every unit of the pool before ranking
     return None
 
 

@@ -21,13 +21,16 @@ sought somewhere else (``routers.automem.guards``; their ids are the trace's ``s
 the trace's ``other_world``); with ``site_guards`` (default) a unit written from a failed episode when the goal seeks
 nothing where the failed task did (``other_site``). With ``world_scope`` (off by default) another world's units are
 not candidates at all: retrieval ranks only the goal's world's units, so in a pool of many worlds the ``k`` slots are
-not spent on units the world guard then withholds (the trace's ``out_of_scope`` counts them).
+not spent on units the world guard then withholds (the trace's ``out_of_scope`` counts them). With ``guards_first``
+(off by default) every guard is applied before ranking instead of after it: the ``k`` slots go to the best units that
+pass, not to units then withheld (the trace's ``guarded_out`` counts the pool's withheld units per guard).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
@@ -52,14 +55,15 @@ class MemorySystem(BaseProvider):
     plugs in here for contrastive retrieval); ``k`` units are retrieved, at most ``max_words`` injected;
     ``judge`` / ``guards`` / ``route_guards`` / ``world_guards`` / ``site_guards`` switch the injection judge's
     goal-overlap, avoid_when, route, world and failure-site checks; ``world_scope`` retrieves within the goal's
-    world only."""
+    world only; ``guards_first`` applies the guards to the pool before ranking."""
 
     name, family, gate = "automem", "insight", "all"
     reference = "AutoMem (seed 003): Encode / Store / Retrieve / Manage"
 
     def __init__(self, arch, encoder=None, llm=None, *, k: int = 3, max_words: int = 120, max_items: int = 200,
                  judge: bool = True, guards: bool = True, route_guards: bool = True, world_guards: bool = True,
-                 site_guards: bool = True, world_scope: bool = False, llm_encode: bool = True, **kw):
+                 site_guards: bool = True, world_scope: bool = False, guards_first: bool = False,
+                 llm_encode: bool = True, **kw):
         arch = as_arch(arch)
         problems = violations(arch)
         if problems:
@@ -77,6 +81,7 @@ class MemorySystem(BaseProvider):
         self.world_guards = world_guards
         self.site_guards = site_guards
         self.world_scope = world_scope
+        self.guards_first = guards_first
         super().__init__(encoder=encoder, llm=llm, k=k, **kw)
         self.encode_units = Encoder(arch.encode, ask=self._ask if (llm is not None and llm_encode) else None,
                                     max_prompt_words=self.max_prompt_words)
@@ -91,7 +96,8 @@ class MemorySystem(BaseProvider):
     def params(self) -> dict:
         return {**super().params(), "arch": self.arch.to_dict(), "max_items": self.max_items, "judge": self.judge,
                 "guards": self.guards, "route_guards": self.route_guards, "world_guards": self.world_guards,
-                "site_guards": self.site_guards, "world_scope": self.world_scope}
+                "site_guards": self.site_guards, "world_scope": self.world_scope,
+                "guards_first": self.guards_first}
 
     # -- store ---------------------------------------------------------------------------------------------
     def _entities(self, goal: str, text: str) -> list[str]:
@@ -149,28 +155,24 @@ class MemorySystem(BaseProvider):
             scoped = [i for i in live if not other_world(st.items[i].meta.get("world"), goal)]
             self.last_trace["out_of_scope"] = len(live) - len(scoped)
             live = scoped
+        facts = location_facts(goal) if (self.guards or self.route_guards or self.site_guards) else {}
+        if self.guards_first:  # withheld units never compete for the k slots
+            why = {i: self._withheld_by(st.items[i], goal, facts) for i in live}
+            self.last_trace["guarded_out"] = dict(Counter(w for w in why.values() if w))
+            live = [i for i in live if why[i] is None]
         if not live:
             return Retrieved(self.name, "", [])
         base = self.score_items(*self.query(goal), state=st)
         ranked = RETRIEVERS[self.arch.retrieve](self, goal, live, base, self.k)
         q = set(keyword_tokens(goal))
         pattern = task_pattern(goal)
-        facts = location_facts(goal) if (self.guards or self.route_guards or self.site_guards) else {}
-        kept, dropped, stale, elsewhere, foreign, dead_ends = [], [], [], [], [], []
+        kept, dropped = [], []
+        withheld: dict[str, list[int]] = {"stale": [], "off_route": [], "other_world": [], "other_site": []}
         for i in ranked:
             it = st.items[i]
-            if self.world_guards and other_world(it.meta.get("world"), goal):
-                foreign.append(i)
-                continue
-            if facts and self.guards and conflicts(it.meta.get("avoid_when"), facts):
-                stale.append(i)
-                continue
-            if facts and self.route_guards and off_route(it.meta.get("route_to"), facts):
-                elsewhere.append(i)
-                continue
-            if (facts and self.site_guards and it.meta.get("outcome") == "failure"
-                    and other_site(it.meta.get("avoid_when"), facts)):
-                dead_ends.append(i)
+            why = self._withheld_by(it, goal, facts)
+            if why:
+                withheld[why].append(i)
                 continue
             ok = (not self.judge or it.meta.get("use_when") == pattern
                   or bool(q & set(keyword_tokens(f"{it.key} {it.text}"))))
@@ -179,12 +181,22 @@ class MemorySystem(BaseProvider):
         text, _ = limit_words(self._render(goal, picked), self.output_limit)
         self.last_trace.update(retrieved=[st.items[i].item_id for i in ranked],
                                kept=[it.item_id for it in picked], dropped=[st.items[i].item_id for i in dropped],
-                               stale=[st.items[i].item_id for i in stale],
-                               off_route=[st.items[i].item_id for i in elsewhere],
-                               other_world=[st.items[i].item_id for i in foreign],
-                               other_site=[st.items[i].item_id for i in dead_ends],
+                               **{name: [st.items[i].item_id for i in ids] for name, ids in withheld.items()},
                                scores=[round(float(base[i]), 4) for i in ranked])
         return Retrieved(self.name, text, [it.item_id for it in picked])
+
+    def _withheld_by(self, it: MemoryItem, goal: str, facts: dict) -> str | None:
+        """The trace key of the first guard that withholds ``it`` from ``goal`` (None: it passes every guard on)."""
+        if self.world_guards and other_world(it.meta.get("world"), goal):
+            return "other_world"
+        if facts and self.guards and conflicts(it.meta.get("avoid_when"), facts):
+            return "stale"
+        if facts and self.route_guards and off_route(it.meta.get("route_to"), facts):
+            return "off_route"
+        if (facts and self.site_guards and it.meta.get("outcome") == "failure"
+                and other_site(it.meta.get("avoid_when"), facts)):
+            return "other_site"
+        return None
 
     def _render(self, goal, items) -> str:
         parts = []
@@ -201,7 +213,7 @@ class MemorySystem(BaseProvider):
 
 # -- the loadable memory-system config ----------------------------------------------------------------------
 SYSTEM_OPTIONS = ("k", "max_words", "max_items", "judge", "guards", "route_guards", "world_guards", "site_guards",
-                  "world_scope")
+                  "world_scope", "guards_first")
 
 
 def system_config(arch, *, encoder: str | None = None, llm: str | None = None, retriever: str | None = None,
