@@ -17,7 +17,8 @@ architecture over seeds by validation accuracy, with its held-out metrics; ``rou
 ``--score_candidates N`` also plays the search's N best candidates held-out: does its objective predict held-out?
 (``candidates.json``, ``search_vs_heldout.png``; ``eval.automem_candidates``). ``--compare_final_select true``
 plays each trace's pick under every ``--final_select`` rule held-out: does the comparison survive the pick rule?
-(``final_select.json``, ``final_select.png``; ``eval.automem_picks``).
+(``final_select.json``, ``final_select.png``; ``eval.automem_picks``). ``--archs KEY ...`` plays named architectures
+and no memory instead, without reading a search (``eval.automem_archs``).
 """
 
 from __future__ import annotations
