@@ -75,6 +75,5 @@ def run_archs(cfg, tasks, held_out, memory_options: dict) -> dict:
         results["archs"][key] = r
         log.info("%s: held-out %s (no memory %.3f)", key, r["accuracy"], none["accuracy"] or 0.0)
         atomic_write_json(out / "results.json", results)
-    atomic_write_json(out / "results.json", results)
     plot_archs(results, out / "heldout_by_arch.png")
     return results
