@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from memagent_provider_fakes import HashEncoder, acted as _traj  # noqa: E402
-from test_automem_world import ScriptedAgent, VaultWorld  # noqa: E402
+from test_automem_world import ScriptedAgent, VaultWorld, fake_builder  # noqa: E402
 
 from routers.automem import Arch, MemorySystem, TaskResult, scope  # noqa: E402
 
@@ -81,15 +81,8 @@ def vault_jobs(monkeypatch):
 
     world = VaultWorld(0)
     world.tasks_by_split["heldout"] = world.tasks("test")
-    built = []
-
-    def fake_build(cfg, env=None):
-        from routers.automem.evaluate import RolloutEvaluator
-
-        built.append(RolloutEvaluator(world, ScriptedAgent(), encoder=HashEncoder(64), max_steps=3, max_words=60))
-        return world, built[-1]
-
-    monkeypatch.setattr(tr_job, "build_evaluator", fake_build)
+    built: list = []
+    monkeypatch.setattr(tr_job, "build_evaluator", fake_builder(world, built))
     return world, built
 
 

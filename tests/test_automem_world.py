@@ -78,3 +78,17 @@ def make_evaluator(seed: int = 0, **kw):
     world = VaultWorld(seed)
     ev = RolloutEvaluator(world, ScriptedAgent(), encoder=HashEncoder(64), max_steps=3, max_words=60, **kw)
     return world, ev
+
+
+def fake_builder(world, built: list | None = None):
+    """A ``train.automem.build_evaluator`` stand-in for job tests: ``world`` and a fresh scripted evaluator per call
+    (appended to ``built``, so a test can count what a rerun played)."""
+    from memagent_provider_fakes import HashEncoder
+
+    def build(cfg, env=None):
+        ev = RolloutEvaluator(world, ScriptedAgent(), encoder=HashEncoder(64), max_steps=3, max_words=60)
+        if built is not None:
+            built.append(ev)
+        return world, ev
+
+    return build
