@@ -268,7 +268,7 @@ def run(cfg: AutomemEvalConfig, evaluator=None, env=None) -> dict:
     if cfg.archs:
         from eval.automem_archs import check_archs, run_archs
 
-        check_archs(cfg.archs)  # before the environment is built
+        keys = check_archs(cfg.archs)  # before the environment is built
     else:
         summary, traces = read_search(cfg.search_dir)
         diff = differing_rollout_options(cfg, cfg.search_dir)
@@ -288,7 +288,7 @@ def run(cfg: AutomemEvalConfig, evaluator=None, env=None) -> dict:
         with OutputLock(out):
             save_resolved_config(out, cfg)
             store = held_out_store(cfg, out, evaluator)
-            return run_archs(cfg, tasks, lambda key: _held_out(evaluator, key, tasks, store),
+            return run_archs(cfg, keys, tasks, lambda key: _held_out(evaluator, key, tasks, store),
                              {name: getattr(cfg, name) for name in MEMORY_OPTIONS})
     results: dict = {"schema_version": 1, "search_dir": cfg.search_dir, "test_split": cfg.test_split,
                      "n_test": len(tasks), "warmup_split": cfg.warmup_split, "seeds": {},
