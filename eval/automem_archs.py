@@ -61,7 +61,8 @@ def plot_archs(results: dict, path) -> None:
 
 def run_archs(cfg, keys: list[str], tasks, held_out, memory_options: dict) -> dict:
     """``keys``: as ``check_archs`` returned them; ``held_out(arch_key_or_None) -> dict`` plays (or replays) one
-    system on ``tasks``; the caller holds the output directory's lock. ``results.json`` is rewritten after every system (a killed run keeps what it had)."""
+    system on ``tasks``; the caller holds the output directory's lock. ``results.json`` is rewritten after every
+    system (a killed run keeps what it had)."""
     out = Path(cfg.output_dir)
     results: dict = {"schema_version": 1, "test_split": cfg.test_split, "n_test": len(tasks),
                      "warmup_split": cfg.warmup_split, "memory_options": memory_options,
