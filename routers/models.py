@@ -188,6 +188,24 @@ def output_kv_cache(out):
     return cache if cache is not None else out.past_key_values
 
 
+def tree_attention_mask(lengths, shared: int, dtype):
+    """Additive 4D mask for candidates packed into one row after a cached prefix of ``shared`` tokens: every candidate
+    token sees the prefix and the earlier tokens of its own candidate. One row instead of a batch means the prefix's
+    KV cache is shared, never copied per candidate (with position ids ``shared + j`` within each candidate)."""
+    import torch
+
+    total = sum(lengths)
+    low = torch.finfo(dtype).min
+    mask = torch.full((1, 1, total, shared + total), low, dtype=dtype)
+    mask[..., :shared] = 0
+    offset = 0
+    for n in lengths:
+        mask[0, 0, offset:offset + n, shared + offset:shared + offset + n] = torch.triu(
+            torch.full((n, n), low, dtype=dtype), diagonal=1)
+        offset += n
+    return mask
+
+
 def left_pad(sequences: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
     """Left-pad so the decision position is the last column; position ids skip the padding."""
     import torch

@@ -204,8 +204,10 @@ def test_bench_memagent_in_tiny(tiny_llama_dir, one_torch_thread):
     assert res["max_score_diff_incremental_vs_full"] < 1e-3  # summed log-probs of up to ~40 nats, float32
     tokens = res["prompt_tokens_run_mean"]
     assert tokens["incremental"] < tokens["full"] and tokens["incremental"] < tokens["legacy"]
+    assert res["timings"]["agent_batched"]["n"] == 6 and res["agent_same_action_packed_vs_batched"] == 1.0
     assert res["timings"]["agent"]["n"] == 6 and res["timings"]["in_incremental"]["n"] == res["per_task"]["in_asked_steps"]
     assert {f["name"] for f in res["figures"]} >= {"in_step_p50_vs_legacy", "routing_overhead_13",
+                                                   "agent_step_p50_packed_vs_batched",
                                                    "routing_overhead_13_pruned"}
     assert res["model"]["pruned_router_layers"] == 2 == res["model"]["layers"]  # capped at the tiny model's depth
     assert res["timings"]["in_pruned"]["n"] == res["timings"]["in_incremental"]["n"]

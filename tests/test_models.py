@@ -273,3 +273,19 @@ def test_openai_fill_form_sends_json_schema_and_validates():
     schema = fmt["json_schema"]["schema"]
     assert schema["required"] == fields
     assert schema["properties"]["Relevance"] == {"type": "string", "enum": choices}
+
+
+def test_tree_attention_mask_exact():
+    import torch
+
+    m = models.tree_attention_mask([2, 1, 3], shared=2, dtype=torch.float32)
+    low = torch.finfo(torch.float32).min
+    allowed = torch.tensor([  # rows: candidate tokens; columns: 2 prefix tokens, then the 6 packed tokens
+        [1, 1, 1, 0, 0, 0, 0, 0],
+        [1, 1, 1, 1, 0, 0, 0, 0],
+        [1, 1, 0, 0, 1, 0, 0, 0],
+        [1, 1, 0, 0, 0, 1, 0, 0],
+        [1, 1, 0, 0, 0, 1, 1, 0],
+        [1, 1, 0, 0, 0, 1, 1, 1]], dtype=torch.bool)
+    assert m.shape == (1, 1, 6, 8)
+    assert torch.equal(m[0, 0], torch.where(allowed, torch.tensor(0.0), torch.tensor(low)))

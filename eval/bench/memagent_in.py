@@ -3,7 +3,8 @@
 Per agent step, the In decision three ways: the pre-issue-18 full prompt, the append-only log prompt uncached,
 and with the incremental KV cache (``routers.memagent.in_cache``); per task, the Begin decision over 13
 providers and over the 3 of the measured eval runs, uncached and with the pool's provider descriptions cached
-across tasks; next to one ``LMCommandAgent.act`` per step, all on the same model. Overhead = (Begin + In x
+across tasks; next to one ``LMCommandAgent.act`` per step (its candidates packed into one row, and as a padded
+batch as before packing), all on the same model. Overhead = (Begin + In x
 asked steps) / (agent x steps), target <= 10 %. The episodes are synthetic TextWorld-like walks (the short-term
 memory grows every step); provider previews carry realistic snippets (``eval.bench.memagent``).
 """
@@ -132,16 +133,17 @@ def bench_memagent_in(cfg=None, records=None, device: str = "cpu", n_steps: int 
     rng = np.random.default_rng(getattr(cfg, "seed", 0))
     model, tok, model_name, fallback = _in_model(cfg, device)
     router, agent = MemAgentRouter.from_model(model, tok), LMCommandAgent(model, tok)
+    batched = LMCommandAgent(model, tok, batch_size=16, pack_candidates=False)  # the agent before packing
     pruned, keep = pruned_router(model, tok, getattr(cfg, "memagent_in_keep_layers", 10))
     pools = {"all": build_providers(encoder=_RandomEncoder(DIM, 0))}
     pools["eval"] = {n: pools["all"][n] for n in EVAL_POOL}
     full, inc, inc_pruned = InDecisions(router, incremental=False), InDecisions(router), InDecisions(pruned)
     legacy = lambda g, i, s: router.score_candidates([(legacy_in_messages(g, i, s), [P.QUERY, P.NOOP])], "in")
-    times = {k: [] for k in ("agent", "in_legacy", "in_full", "in_incremental", "in_pruned", "begin_all", "begin_eval",
+    times = {k: [] for k in ("agent", "agent_batched", "in_legacy", "in_full", "in_incremental", "in_pruned", "begin_all", "begin_eval",
                              "begin_all_uncached", "begin_eval_uncached", "begin_all_pruned", "begin_eval_pruned")}
     begin_kv = {pool: PrefixKVCache(model) for pool in pools}  # one pool per router in use: a cache each
     pruned_kv = {pool: PrefixKVCache(pruned.model) for pool in pools}
-    tokens, max_diff, asked = [], 0.0, 0
+    tokens, max_diff, asked, same_action = [], 0.0, 0, []
     episodes = [synthetic_episode(rng, 3)] + [synthetic_episode(rng, n_steps) for _ in range(n_episodes)]  # warm-up
     for e, (task, walk) in enumerate(episodes):
         timed = {}
@@ -157,7 +159,7 @@ def bench_memagent_in(cfg=None, records=None, device: str = "cpu", n_steps: int 
             timed[f"begin_{pool}_uncached"] = [_timed(lambda: router.score_candidates(
                 [(prompt, [P.begin_completion(o) for o in outs])], "begin"), device)[0]]
         stm, history = ShortTermMemory(), []
-        timed |= {k: [] for k in ("agent", "in_legacy", "in_full", "in_incremental", "in_pruned")}
+        timed |= {k: [] for k in ("agent", "agent_batched", "in_legacy", "in_full", "in_incremental", "in_pruned")}
         for obs, step in walk:
             summary = stm.summary()
             if summary.strip():
@@ -172,7 +174,11 @@ def bench_memagent_in(cfg=None, records=None, device: str = "cpu", n_steps: int 
                 tm = router.timings[-3:]  # legacy, full, incremental: prompt tokens run
                 tokens += [[t["prompt_tokens"] - t.get("reused_tokens", 0) for t in tm]] if e else []
             memory = compose_memory("", summary)
-            timed["agent"].append(_timed(lambda: agent.act(task, history, obs, memory), device)[0])
+            t, action = _timed(lambda: agent.act(task, history, obs, memory), device)
+            timed["agent"].append(t)
+            t, before = _timed(lambda: batched.act(task, history, obs, memory), device)
+            timed["agent_batched"].append(t)
+            same_action += [action == before] if e else []
             history.append(step)
             stm.update(step)
         for k, v in timed.items():
@@ -192,16 +198,22 @@ def bench_memagent_in(cfg=None, records=None, device: str = "cpu", n_steps: int 
         "benchmark": "memagent_in",
         "description": f"In decision per agent step over {n_episodes} synthetic TextWorld-like episodes x {n_steps} "
                        "steps (ShortTermMemory summaries): the pre-issue-18 full prompt, the append-only log prompt "
-                       "uncached and with the incremental KV cache; LMCommandAgent.act per step and Begin per task "
+                       "uncached and with the incremental KV cache; LMCommandAgent.act per step (candidates packed, and "
+                       "batched as before) and Begin per task "
                        "(13 providers / the eval's 3; uncached and with the descriptions cached) on the same model",
         "model": {"name": model_name, "tiny_fallback": fallback, "dtype": str(model.dtype).removeprefix("torch."),
                   "layers": len(model.model.layers), "pruned_router_layers": keep},
         "timings": stats, "per_task": per_task, "overhead": overhead,
+        "agent_same_action_packed_vs_batched": float(np.mean(same_action)) if same_action else None,
         "prompt_tokens_run_mean": dict(zip(("legacy", "full", "incremental"), np.mean(tokens, axis=0).tolist()))
         if tokens else None, "max_score_diff_incremental_vs_full": max_diff,
         "overhead_definition": "(Begin once + In x steps with a non-empty summary) / (LMCommandAgent.act x steps); "
                                "environment and short-term memory time are not in the denominator (conservative)",
         "figures": [
+            figure("agent_step_p50_packed_vs_batched", "s", p50["agent"], p50["agent_batched"], "baseline/value", None,
+                   "median LMCommandAgent.act: candidates packed into one row (tree mask) vs the padded batch with "
+                   "the prompt cache copied per candidate (speedup; the routing overheads below divide by the "
+                   "packed agent)"),
             figure("in_step_p50_vs_legacy", "s", p50["in_incremental"], p50["in_legacy"], "baseline/value", None,
                    "median In decision: incremental cache vs the pre-issue-18 full prompt (speedup)"),
             figure("in_step_p50_vs_full", "s", p50["in_incremental"], p50["in_full"], "baseline/value", None,

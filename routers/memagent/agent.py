@@ -2,8 +2,8 @@
 
 * :class:`LMCommandAgent` picks among the admissible commands by scoring each one with a local causal LM:
   ``log p(command + end-of-turn | prompt)``, length-normalised by default. The prompt's KV cache is computed
-  once per step and shared by all candidates, which are scored in batches; this is what makes a 135M model
-  cost well under a second per step on a CPU. Memory (Begin + In) goes into the prompt.
+  once per step and shared by all candidates, which run packed into one row with a tree attention mask (not a
+  batch that copies the cache per candidate). Memory (Begin + In) goes into the prompt.
 * :class:`HTTPCommandAgent` is for an LLM server (``make_backend("openai:MODEL@URL")``): it cannot score,
   so it shows a numbered command list and asks for a number with ``generate``.
 * :class:`WalkthroughAgent` / :class:`RandomCommandAgent`: scripted oracle and random baselines.
@@ -20,11 +20,12 @@ import random
 import re
 import time
 import traceback
+from itertools import accumulate
 from typing import Callable, Sequence
 
 from routers.memagent.copy_prior import route_prior
 from routers.memagent.protocol import Observation, Task, Trajectory, TrajectoryStep
-from routers.models import kv_cache_kwarg, output_kv_cache
+from routers.models import kv_cache_kwarg, output_kv_cache, tree_attention_mask
 
 SYSTEM_PROMPT = ("You are playing a text adventure game. Reach the goal by choosing one of the valid commands "
                  "each turn. Use the memory notes when they are relevant. Reply with the command only.")
@@ -93,20 +94,22 @@ class LMCommandAgent(_PromptMixin):
     """Scores every admissible command with a causal LM and takes the best.
 
     Two KV-cache levels: the rollout-static prompt head (system, goal, Begin memory) is computed once per
-    rollout, the step-dependent tail once per step, and the candidates run as one batch on top of both.
+    rollout, the step-dependent tail once per step, and the candidates run packed into one row on top of both
+    (``pack_candidates``; False: a padded batch with the cache copied per candidate, the slower path before).
     """
 
     def __init__(self, model, tokenizer, history_steps: int = 3, max_observation_chars: int = 600,
                  max_memory_chars: int = 1500, length_norm: str = "mean", repeat_penalty: float = 1.0,
-                 repeat_window: int = 6, batch_size: int = 16, system_prompt: str = SYSTEM_PROMPT,
-                 memory_prior: float = 0.0):
+                 repeat_window: int = 6, batch_size: int = 64, system_prompt: str = SYSTEM_PROMPT,
+                 memory_prior: float = 0.0, pack_candidates: bool = True):
         if length_norm not in ("mean", "sum"):
             raise ValueError(f"length_norm must be 'mean' or 'sum', got {length_norm!r}")
         self.model, self.tokenizer = model.eval(), tokenizer
         self.history_steps, self.max_observation_chars = history_steps, max_observation_chars
         self.max_memory_chars = max_memory_chars
         self.length_norm, self.repeat_penalty, self.repeat_window = length_norm, repeat_penalty, repeat_window
-        self.batch_size, self.system_prompt = batch_size, system_prompt
+        self.batch_size, self.system_prompt = batch_size, system_prompt  # batch_size: candidates per forward
+        self.pack_candidates = pack_candidates
         self.memory_prior = float(memory_prior)  # weight of routers.memagent.copy_prior (0 = off)
         self.name = f"lm:{getattr(model.config, '_name_or_path', '') or type(model).__name__}"
         self._terminator = None
@@ -185,7 +188,6 @@ class LMCommandAgent(_PromptMixin):
         import torch
 
         dev = self.model.device
-        out: list[list[float]] = []
         with torch.inference_mode():
             cache = None
             if head:
@@ -197,26 +199,63 @@ class LMCommandAgent(_PromptMixin):
                 cache = self._cache_from(self._static_layers)
             pre = self._forward(torch.tensor([tail], device=dev), cache, logits_to_keep=1)
             first = torch.log_softmax(pre.logits[0, -1].float(), dim=-1)
-            layers = [(lay.keys, lay.values) for lay in output_kv_cache(pre).layers]
-            plen = len(head) + len(tail)
-            pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-            for start in range(0, len(cand_ids), self.batch_size):
-                chunk = cand_ids[start:start + self.batch_size]
-                b, width = len(chunk), max(len(c) for c in chunk)
-                ids = torch.full((b, width), pad, dtype=torch.long, device=dev)
-                mask = torch.zeros((b, plen + width), dtype=torch.long, device=dev)
-                mask[:, :plen] = 1
-                for i, c in enumerate(chunk):
-                    ids[i, :len(c)] = torch.tensor(c, device=dev)
-                    mask[i, plen:plen + len(c)] = 1
-                res = self._forward(ids, self._cache_from(layers, b), attention_mask=mask)
-                logp = torch.log_softmax(res.logits.float(), dim=-1)
-                for i, c in enumerate(chunk):
-                    vals = [first[c[0]].item()]
-                    if len(c) > 1:
-                        idx = torch.tensor(c[1:], device=dev)
-                        vals += logp[i, torch.arange(len(c) - 1, device=dev), idx].tolist()
-                    out.append(vals)
+            score = self._score_packed if self.pack_candidates else self._score_batched
+            return score(pre, first, len(head) + len(tail), cand_ids)
+
+    def _score_packed(self, pre, first, plen: int, cand_ids: list[list[int]]) -> list[list[float]]:
+        """``batch_size`` candidates per forward, packed into one row after the prompt's cache with a tree attention
+        mask (``routers.models.tree_attention_mask``): the cache is shared, not copied per candidate."""
+        import torch
+
+        dev, dtype = self.model.device, next(self.model.parameters()).dtype
+        cache, out = output_kv_cache(pre), []
+        for start in range(0, len(cand_ids), self.batch_size):
+            chunk = cand_ids[start:start + self.batch_size]
+            lengths = [len(c) for c in chunk]
+            ids = torch.tensor([[t for c in chunk for t in c]], device=dev)
+            pos = torch.tensor([[plen + j for n in lengths for j in range(n)]], device=dev)
+            res = self._forward(ids, cache, position_ids=pos,
+                                attention_mask=tree_attention_mask(lengths, plen, dtype).to(dev))
+            extra = cache.get_seq_length() - plen
+            if extra > 0:
+                cache.crop(-extra)  # drop this chunk: the next one sees the prompt only
+            logp = torch.log_softmax(res.logits[0].float(), dim=-1)
+            # row k of a candidate predicts its token k + 1; its first token comes from the prompt's last row
+            rows = [at + j for at, n in zip(accumulate(lengths, initial=0), lengths) for j in range(n - 1)]
+            nexts = [t for c in chunk for t in c[1:]]
+            vals = logp[torch.tensor(rows, dtype=torch.long, device=dev),
+                        torch.tensor(nexts, dtype=torch.long, device=dev)].tolist()
+            at = 0
+            for c in chunk:
+                out.append([first[c[0]].item(), *vals[at:at + len(c) - 1]])
+                at += len(c) - 1
+        return out
+
+    def _score_batched(self, pre, first, plen: int, cand_ids: list[list[int]]) -> list[list[float]]:
+        """The path before packing (``pack_candidates=False``): candidates padded into a batch, the prompt's cache
+        expanded to it. Kept as the benchmark baseline (``memroute bench --which memagent_in``)."""
+        import torch
+
+        dev, out = self.model.device, []
+        layers = [(lay.keys, lay.values) for lay in output_kv_cache(pre).layers]
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        for start in range(0, len(cand_ids), self.batch_size):
+            chunk = cand_ids[start:start + self.batch_size]
+            b, width = len(chunk), max(len(c) for c in chunk)
+            ids = torch.full((b, width), pad, dtype=torch.long, device=dev)
+            mask = torch.zeros((b, plen + width), dtype=torch.long, device=dev)
+            mask[:, :plen] = 1
+            for i, c in enumerate(chunk):
+                ids[i, :len(c)] = torch.tensor(c, device=dev)
+                mask[i, plen:plen + len(c)] = 1
+            res = self._forward(ids, self._cache_from(layers, b), attention_mask=mask)
+            logp = torch.log_softmax(res.logits.float(), dim=-1)
+            for i, c in enumerate(chunk):
+                vals = [first[c[0]].item()]
+                if len(c) > 1:
+                    idx = torch.tensor(c[1:], device=dev)
+                    vals += logp[i, torch.arange(len(c) - 1, device=dev), idx].tolist()
+                out.append(vals)
         return out
 
     def token_logprobs_uncached(self, head: list[int], tail: list[int], cand_ids: list[list[int]]) -> list[list[float]]:

@@ -33,22 +33,9 @@ from routers.memagent import prompts as P
 from routers.memagent.chat_tokens import (chat_ids, common_prefix_length, encode_candidates,  # noqa: F401
                                           shared_prefix_length)
 from routers.memagent.in_cache import InDecisions, PrefixKVCache, score_cached
-from routers.models import kv_cache_kwarg, output_kv_cache
+from routers.models import kv_cache_kwarg, output_kv_cache, tree_attention_mask
 
 ADAPTER_CONFIG = "adapter_config.json"
-
-
-def _tree_mask(lengths: Sequence[int], shared: int, dtype) -> torch.Tensor:
-    """Additive 4D mask: every candidate token sees the shared prefix and the earlier tokens of its own candidate."""
-    total = sum(lengths)
-    mask = torch.full((1, 1, total, shared + total), torch.finfo(dtype).min, dtype=dtype)
-    mask[..., :shared] = 0
-    offset = 0
-    for n in lengths:
-        block = torch.triu(torch.full((n, n), torch.finfo(dtype).min, dtype=dtype), diagonal=1)
-        mask[0, 0, offset:offset + n, shared + offset:shared + offset + n] = block
-        offset += n
-    return mask
 
 
 @torch.inference_mode()
@@ -88,7 +75,7 @@ def sequence_log_probs(model, sequences: Sequence[Sequence[int]], starts: Sequen
         lengths = [len(x) for x in sufs]
         ids = torch.tensor([[t for x in sufs for t in x]], device=device)
         pos = torch.tensor([[shared + j for n in lengths for j in range(n)]], device=device)
-        mask = _tree_mask(lengths, shared, dtype).to(device)
+        mask = tree_attention_mask(lengths, shared, dtype).to(device)
         logits = model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True,
                        **{cache_kw: cache}).logits
         extra = cache.get_seq_length() - shared
