@@ -4,8 +4,8 @@ Per agent step, the In decision three ways: the pre-issue-18 full prompt, the ap
 and with the incremental KV cache (``routers.memagent.in_cache``); per task, the Begin decision over 13
 providers and over the 3 of the measured eval runs, uncached and with the pool's provider descriptions cached
 across tasks; next to one ``LMCommandAgent.act`` per step (its candidates packed into one row, and as a padded
-batch as before packing), all on the same model. Overhead = (Begin + In x
-asked steps) / (agent x steps), target <= 10 %. The episodes are synthetic TextWorld-like walks (the short-term
+batch as before packing), all on the same model. Overhead = (Begin + In x asked steps) / (agent x steps), target
+<= 10 %. The episodes are synthetic TextWorld-like walks (the short-term
 memory grows every step); provider previews carry realistic snippets (``eval.bench.memagent``).
 """
 
@@ -139,8 +139,8 @@ def bench_memagent_in(cfg=None, records=None, device: str = "cpu", n_steps: int 
     pools["eval"] = {n: pools["all"][n] for n in EVAL_POOL}
     full, inc, inc_pruned = InDecisions(router, incremental=False), InDecisions(router), InDecisions(pruned)
     legacy = lambda g, i, s: router.score_candidates([(legacy_in_messages(g, i, s), [P.QUERY, P.NOOP])], "in")
-    times = {k: [] for k in ("agent", "agent_batched", "in_legacy", "in_full", "in_incremental", "in_pruned", "begin_all", "begin_eval",
-                             "begin_all_uncached", "begin_eval_uncached", "begin_all_pruned", "begin_eval_pruned")}
+    times = {k: [] for k in ("agent", "agent_batched", "in_legacy", "in_full", "in_incremental", "in_pruned",
+                             "begin_all", "begin_eval", "begin_all_uncached", "begin_eval_uncached", "begin_all_pruned", "begin_eval_pruned")}
     begin_kv = {pool: PrefixKVCache(model) for pool in pools}  # one pool per router in use: a cache each
     pruned_kv = {pool: PrefixKVCache(pruned.model) for pool in pools}
     tokens, max_diff, asked, same_action = [], 0.0, 0, []
@@ -198,9 +198,9 @@ def bench_memagent_in(cfg=None, records=None, device: str = "cpu", n_steps: int 
         "benchmark": "memagent_in",
         "description": f"In decision per agent step over {n_episodes} synthetic TextWorld-like episodes x {n_steps} "
                        "steps (ShortTermMemory summaries): the pre-issue-18 full prompt, the append-only log prompt "
-                       "uncached and with the incremental KV cache; LMCommandAgent.act per step (candidates packed, and "
-                       "batched as before) and Begin per task "
-                       "(13 providers / the eval's 3; uncached and with the descriptions cached) on the same model",
+                       "uncached and with the incremental KV cache; LMCommandAgent.act per step (candidates packed, "
+                       "and batched as before) and Begin per task (13 providers / the eval's 3; uncached and with the "
+                       "descriptions cached) on the same model",
         "model": {"name": model_name, "tiny_fallback": fallback, "dtype": str(model.dtype).removeprefix("torch."),
                   "layers": len(model.model.layers), "pruned_router_layers": keep},
         "timings": stats, "per_task": per_task, "overhead": overhead,
