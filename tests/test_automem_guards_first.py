@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from memagent_provider_fakes import HashEncoder, acted as _traj  # noqa: E402
-from test_automem_world import ScriptedAgent, VaultWorld, fake_builder  # noqa: E402
+from test_automem_world import VaultWorld, fake_builder, scripted_evaluator  # noqa: E402
 
 from routers.automem import Arch, MemorySystem, TaskResult, scope  # noqa: E402
 
@@ -88,7 +88,7 @@ def vault_jobs(monkeypatch):
 
 def test_named_architectures_are_played_held_out_without_a_search(tmp_path, vault_jobs):
     import eval.automem as ev_job
-    from routers.automem.evaluate import RolloutEvaluator, run_evaluation
+    from routers.automem.evaluate import run_evaluation
 
     world, built = vault_jobs
     keys = ["trajectory|vector|mmr|lightweight", "workflow|json|hybrid|json_full"]
@@ -96,7 +96,7 @@ def test_named_architectures_are_played_held_out_without_a_search(tmp_path, vaul
     argv = ["--search_dir", str(tmp_path / "no_search_here"), "--output_dir", str(out), "--agent", "random",
             "--archs", *keys]
     res = ev_job.main(argv)
-    fresh = RolloutEvaluator(world, ScriptedAgent(), encoder=HashEncoder(64), max_steps=3, max_words=60)
+    fresh = scripted_evaluator(world)
     for key in keys:   # each key's number is an independent play of that architecture on the held-out tasks
         expected = run_evaluation(fresh, Arch.parse(key), world.tasks("test"), "test").accuracy
         assert res["archs"][key]["accuracy"] == expected

@@ -72,21 +72,23 @@ class ScriptedAgent:
         return f"enter {m.group(1)}" if m else "enter 0000"
 
 
-def make_evaluator(seed: int = 0, **kw):
+def scripted_evaluator(world, **kw) -> RolloutEvaluator:
+    """The scripted agent on ``world`` with a hash encoder: what every vault-world test evaluates with."""
     from memagent_provider_fakes import HashEncoder
 
+    return RolloutEvaluator(world, ScriptedAgent(), encoder=HashEncoder(64), max_steps=3, max_words=60, **kw)
+
+
+def make_evaluator(seed: int = 0, **kw):
     world = VaultWorld(seed)
-    ev = RolloutEvaluator(world, ScriptedAgent(), encoder=HashEncoder(64), max_steps=3, max_words=60, **kw)
-    return world, ev
+    return world, scripted_evaluator(world, **kw)
 
 
 def fake_builder(world, built: list | None = None):
     """A ``train.automem.build_evaluator`` stand-in for job tests: ``world`` and a fresh scripted evaluator per call
     (appended to ``built``, so a test can count what a rerun played)."""
-    from memagent_provider_fakes import HashEncoder
-
     def build(cfg, env=None):
-        ev = RolloutEvaluator(world, ScriptedAgent(), encoder=HashEncoder(64), max_steps=3, max_words=60)
+        ev = scripted_evaluator(world)
         if built is not None:
             built.append(ev)
         return world, ev
