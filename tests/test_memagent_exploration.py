@@ -170,7 +170,7 @@ def test_kv_cached_scoring_matches_uncached(tiny_llama_dir, one_torch_thread):
     # packed candidates (3 per forward here: the cache is cropped between chunks) = the padded batch of before
     batched = LMCommandAgent(agent.model, agent.tokenizer, batch_size=2, pack_candidates=False)
     for a, b in zip(batched.token_logprobs(head, tail, cands), got):
-        assert a == pytest.approx(b, abs=1e-5)
+        assert a == pytest.approx(b, abs=1e-4)  # as against the uncached reference: any CPU's summation order
     # the terminator is scored: every candidate ends with <|im_end|>
     end_id = agent.tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert all(c[-1] == end_id for c in cands)
