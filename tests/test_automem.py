@@ -123,11 +123,12 @@ def test_diagnosis_maps_failure_modes_to_modules():
              "judge_rejected": _fail(**{**ev, "evidence_injected": False},
                                      memory={"pool": 3, "retrieved": ["a", "b"], "kept": ["b"], "dropped": ["a"]}),
              "stale_memory": _fail(**{**ev, "stale_injected": True}),
-             "unusable_form": _fail(**{**ev, "evidence_followed": False, "foreign_injected": 0})}
+             "unusable_form": _fail(**{**ev, "evidence_followed": False, "foreign_injected": 0}),
+             "declarative_crowding": _fail(**{**ev, "evidence_followed": True, "crowded_by_declarative": True})}
     for mode, r in cases.items():
         assert scope(r) is None and classify(r) == mode
     assert FAILURE_MODULE == {"extraction_gap": "encode", "low_quality_extraction": "encode", "unusable_form": "encode",
-                              "retrieval_miss": "retrieve", "judge_rejected": "store", "retrieval_noise": "retrieve",
+                              "declarative_crowding": "encode", "retrieval_miss": "retrieve", "judge_rejected": "store", "retrieval_noise": "retrieve",
                               "stale_memory": "manage", "memory_misled": "retrieve"}
     assert scope(TaskResult("t", False, error="TimeoutError: tool timed out")) == "timeout"
     assert scope(TaskResult("t", False, error="RuntimeError: browser tool crashed")) == "tool_error"

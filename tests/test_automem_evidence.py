@@ -136,6 +136,40 @@ def test_injected_evidence_the_agent_never_acted_on_is_an_unusable_form_unless_o
     assert classify(old) == "unattributed"
 
 
+def test_tips_of_the_evidences_own_episodes_that_take_the_injected_text_from_its_route_are_declarative_crowding():
+    """A site's third visit: two earlier deliveries from the coffer wrote a tip and a workflow each. Only their tips
+    retrieved, or the word limit cutting the workflow behind them, is crowding (fewer tips / a goal-keyed store is
+    the edit); the whole workflow behind them, or another task's tips, is not."""
+    mem = MemorySystem(Arch(("tip", "workflow"), "json", "hybrid", "lightweight"), encoder=HashEncoder())
+    for obj, holder in [("silver ladle", "coffer"), ("black whisk", "coffer"), ("golden trumpet", "locker")]:
+        mem.store(_traj(obj, holder))
+    unit = {(it.meta["goal"].split("find the ")[1].split(" in ")[0], it.meta["kind"]): i for i, it in mem.items_by_id().items()}
+    items = mem.items_by_id()
+    meta = _meta("blue teapot", ["silver ladle", "black whisk", "golden trumpet"])
+    task = Task("w0-fetch-blue_teapot", GOAL.format("blue teapot", "coffer"), meta={**meta, **world_evidence(
+        meta, OBJECTS)})
+    tips = [unit["silver ladle", "tip"], unit["black whisk", "tip"]]
+    flow = unit["black whisk", "workflow"]
+    only_tips = _failure(task, tips, mem)
+    assert not only_tips.failure["evidence_retrieved"] and only_tips.failure["kept_kinds"] == ["tip", "tip"]
+    assert only_tips.failure["crowded_by_declarative"] and classify(only_tips) == "declarative_crowding"
+    full = "\n".join(items[i].text for i in [*tips, flow])
+    cut = " ".join(full.split()[:-4])  # the word limit cut the workflow's last step
+    behind = _failure(task, [*tips, flow], mem, actions=("go south", "take blue teapot from coffer"), memory=cut)
+    assert behind.failure["evidence_injected"] and behind.failure["evidence_followed"]
+    assert behind.failure["crowded_by_declarative"] and classify(behind) == "declarative_crowding"
+    whole = _failure(task, [*tips, flow], mem, actions=("go south", "take blue teapot from coffer"), memory=full)
+    assert not whole.failure["crowded_by_declarative"] and classify(whole) == "unattributed"
+    first = _failure(task, [flow, *tips], mem, memory=" ".join(full.split()[:20]))  # the route first: not crowded
+    assert not first.failure["crowded_by_declarative"]
+    foreign = _failure(task, [unit["golden trumpet", "tip"]], mem)  # another holder's tip: a plain miss
+    assert not foreign.failure["crowded_by_declarative"] and classify(foreign) == "retrieval_miss"
+    g = diagnose([("a", only_tips), ("a", behind), ("a", foreign)], mem.arch)
+    assert (g["module"], g["failure_mode"], g["histogram"]["E"]) == ("encode", "declarative_crowding", 2)
+    assert g["recommended_edit"]["edits"] == [["encode", "-tip"], ["encode", "-insight"], ["store", "json"],
+                                              ["store", "llm_graph"]]
+
+
 def test_an_unseen_worlds_later_task_carries_the_sites_earlier_tasks():
     """In an unseen world nothing is delivered and no task has a sibling: the evidence of a site's later task is
     what the agent's own earlier episodes there took (out of scope when none of them did)."""

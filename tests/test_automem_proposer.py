@@ -178,3 +178,24 @@ def test_the_search_removes_a_declarative_encoder_first_when_prune_declarative_i
         assert fingerprint.get("prune_declarative") is (True if on else None)
     assert edits == {"off": [["encode", "+shortcut"], ["encode", "+trajectory"]],
                      "on": [["encode", "-insight"], ["encode", "-tip"]]}
+
+
+def _crowded(task_id: str) -> TaskResult:
+    """The site's route never reached the agent: only the tips of the evidence's own episodes were retrieved."""
+    return TaskResult(task_id, False, tokens=10, failure={
+        "timeout": False, "evidence_seen": True, "evidence_in_pool": True, "evidence_retrieved": False,
+        "evidence_injected": False, "stale_injected": False, "source_units": 6, "kept_kinds": ["tip", "tip", "tip"],
+        "crowded_by_declarative": True, "memory": {"pool": 9, "retrieved": ["a", "b", "c"], "kept": ["a", "b", "c"]}})
+
+
+def test_a_route_crowded_out_by_its_own_tips_makes_the_search_drop_a_declarative_encoder(tmp_path):
+    S, V = [Task(f"s-{i}", "fetch") for i in range(4)], [Task(f"v-{i}", "fetch") for i in range(4)]
+
+    def evaluate(arch, tasks):
+        lv = 0 if arch is None else 2 if arch.key == MIXED.key else 1
+        return [TaskResult(t.task_id, True, tokens=10) if i < lv else _crowded(t.task_id) for i, t in enumerate(tasks)]
+
+    trace = run_automem(evaluate, S, V, budget=4, k=2, seed=0, proposer=FixedInit(), trace_path=tmp_path / "t.json")
+    g = trace["gradients"][0]
+    assert (g["module"], g["failure_mode"], g["histogram"]["E"]) == ("encode", "declarative_crowding", 5)
+    assert [p["edit"] for p in trace["evaluations"] if p["round"] == 2] == [["encode", "-tip"], ["encode", "-insight"]]

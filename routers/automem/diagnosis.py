@@ -12,6 +12,8 @@ mode                        module  signal
 extraction_gap              E       the evidence was seen but no unit holds it and none was written from its source
 low_quality_extraction      E       units were written from the evidence's source, but none kept the evidence
 unusable_form               E       injected with no other task's unit beside it, yet the agent never acted on it
+declarative_crowding        E       tip / insight units of the evidence's own episodes took the injected text from
+                                    the unit holding it (not retrieved, or cut by the word limit after them)
 retrieval_miss              R       the evidence is in the pool but was not retrieved
 judge_rejected              S       retrieved, then dropped by the injection judge (the record's form fails it)
 retrieval_noise             R       injected, but buried among other units (or truncated away)
@@ -49,6 +51,7 @@ from routers.automem.evaluate import TaskResult
 from routers.automem.space import Arch, MODULE_LETTER
 
 FAILURE_MODULE = {"extraction_gap": "encode", "low_quality_extraction": "encode", "unusable_form": "encode",
+                  "declarative_crowding": "encode",
                   "retrieval_miss": "retrieve",
                   "judge_rejected": "store", "retrieval_noise": "retrieve", "stale_memory": "manage",
                   "memory_misled": "retrieve"}
@@ -64,6 +67,9 @@ EDITS = {
                                ("encode", "-tip")],
     "unusable_form": [("encode", "+workflow"), ("encode", "+shortcut"), ("encode", "+trajectory"),
                       ("encode", "-insight"), ("encode", "-tip")],
+    # the short summaries of the right episodes outrank their route: fewer of them, or a store key that ranks an
+    # episode's units alike (its goal) instead of by their own text
+    "declarative_crowding": [("encode", "-tip"), ("encode", "-insight"), ("store", "json"), ("store", "llm_graph")],
     "retrieval_miss": [("retrieve", "hybrid"), ("retrieve", "cbr_rerank"), ("store", "hybrid"),
                        ("retrieve", "graph"), ("retrieve", "hyde")],
     "judge_rejected": [("store", "hybrid"), ("store", "json"), ("store", "llm_graph")],
@@ -102,6 +108,8 @@ def classify(result: TaskResult) -> str:
     if "evidence_in_pool" in f:
         if not f["evidence_in_pool"]:
             return "low_quality_extraction" if f.get("source_units") else "extraction_gap"
+        if f.get("crowded_by_declarative"):  # record v3: before the miss / noise / followed rules it refines
+            return "declarative_crowding"
         if not f.get("evidence_retrieved"):
             return "retrieval_miss"
         if not f.get("evidence_injected"):

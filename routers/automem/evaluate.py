@@ -13,7 +13,9 @@ needs; ``stale``: outdated versions), whether the evidence was ever seen in a st
 pool, was retrieved, injected, and whether a stale version was injected; with ``follow`` (strings an action names
 when the agent goes where the evidence leads) also whether the agent acted on it and how many injected units came
 from other tasks than the evidence's sources (``RECORD_VERSION`` 2: what the diagnosis needs to tell noise from a
-unit in a form the agent could not act on).
+unit in a form the agent could not act on). ``RECORD_VERSION`` 3 adds the kept units' kinds and whether declarative
+units (tip / insight) of the evidence's own sources crowded the unit that holds it out of the injected text: it was
+not retrieved while only such units were, or the word limit cut it after them (``crowded_by_declarative``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from routers.automem.space import Arch
 from routers.logs import get_logger
 
 log = get_logger(__name__)
-RECORD_VERSION = 2  # 2: failures with ``follow`` evidence record evidence_followed / foreign_injected
+RECORD_VERSION = 3  # 2: failures with ``follow`` evidence record evidence_followed / foreign_injected; 3: kept_kinds,
+#                     crowded_by_declarative
+DECLARATIVE_KINDS = ("tip", "insight")
 
 
 @dataclass
@@ -55,6 +59,25 @@ class EvaluateFn(Protocol):
 def _has(text: str, needles: Sequence[str]) -> bool:
     low = (text or "").lower()
     return any(n.lower() in low for n in needles)
+
+
+def _whole(unit_text: str, memory: str) -> bool:
+    """Whether all of a unit made it into the injected text (the word limit cuts the last one it reaches)."""
+    return " ".join((unit_text or "").split()) in " ".join(memory.split())
+
+
+def crowded_by_declarative(kept: Sequence, memory: str, evidence: Sequence[str], sources: Sequence[str]) -> bool:
+    """Whether declarative units (tip / insight) of the evidence's own sources took the injected text from the unit
+    that holds the evidence: none of the ``kept`` units (in injection order) holds it and all are declarative, at
+    least one from the sources; or the first that holds it was cut by the word limit after declarative units only.
+    A short summary of the right episode outranking its route is an Encode / Store failure, not a retrieval miss."""
+    holder = next((n for n, it in enumerate(kept) if _has(it.text, evidence)), None)
+    before = kept if holder is None else kept[:holder]
+    if not before or any(it.meta.get("kind") not in DECLARATIVE_KINDS for it in before):
+        return False
+    if holder is None:
+        return any(_has(it.meta.get("goal", ""), sources) for it in before)
+    return not _whole(kept[holder].text, memory)
 
 
 def _shown(unit_text: str, memory: str) -> bool:
@@ -128,11 +151,14 @@ class RolloutEvaluator:
             items = system.items_by_id() if hasattr(system, "items_by_id") else {}
             pool_text = "\n".join(it.text for it in items.values() if "valid_to" not in it.meta)
             retrieved = "\n".join(items[i].text for i in trace.get("retrieved", []) if i in items)
+            kept = [items[i] for i in trace.get("kept", []) if i in items]
+            sources = list(meta.get("sources") or [])
             failure.update(evidence_seen=_has("\n".join(seen), evidence), evidence_in_pool=_has(pool_text, evidence),
                            evidence_retrieved=_has(retrieved, evidence), evidence_injected=_has(memory, evidence),
                            stale_injected=bool(stale) and _has(memory, stale),
-                           source_units=sum(1 for it in items.values() if _has(it.meta.get("goal", ""),
-                                                                               meta.get("sources") or [])))
+                           source_units=sum(1 for it in items.values() if _has(it.meta.get("goal", ""), sources)),
+                           kept_kinds=[it.meta.get("kind") for it in kept],
+                           crowded_by_declarative=crowded_by_declarative(kept, memory, evidence, sources))
             follow = list(meta.get("follow") or [])
             if follow:  # record v2: did the agent act where the evidence leads, and what else was injected?
                 shown = [items[i] for i in trace.get("kept", []) if i in items and _shown(items[i].text, memory)]
