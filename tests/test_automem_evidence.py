@@ -143,8 +143,8 @@ def test_tips_of_the_evidences_own_episodes_that_take_the_injected_text_from_its
     mem = MemorySystem(Arch(("tip", "workflow"), "json", "hybrid", "lightweight"), encoder=HashEncoder())
     for obj, holder in [("silver ladle", "coffer"), ("black whisk", "coffer"), ("golden trumpet", "locker")]:
         mem.store(_traj(obj, holder))
-    unit = {(it.meta["goal"].split("find the ")[1].split(" in ")[0], it.meta["kind"]): i for i, it in mem.items_by_id().items()}
     items = mem.items_by_id()
+    unit = {(it.meta["goal"].split("find the ")[1].split(" in ")[0], it.meta["kind"]): i for i, it in items.items()}
     meta = _meta("blue teapot", ["silver ladle", "black whisk", "golden trumpet"])
     task = Task("w0-fetch-blue_teapot", GOAL.format("blue teapot", "coffer"), meta={**meta, **world_evidence(
         meta, OBJECTS)})
