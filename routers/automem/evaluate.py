@@ -161,7 +161,7 @@ class RolloutEvaluator:
                            crowded_by_declarative=crowded_by_declarative(kept, memory, evidence, sources))
             follow = list(meta.get("follow") or [])
             if follow:  # record v2: did the agent act where the evidence leads, and what else was injected?
-                shown = [items[i] for i in trace.get("kept", []) if i in items and _shown(items[i].text, memory)]
+                shown = [it for it in kept if _shown(it.text, memory)]
                 failure.update(evidence_followed=any(_has(s.action, follow) for s in traj.steps),
                                foreign_injected=sum(1 for it in shown if not _has(it.meta.get("goal", ""),
                                                                                     meta.get("sources") or [])))
