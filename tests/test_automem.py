@@ -593,10 +593,35 @@ def test_a_replayed_trace_keeps_its_recorded_wall_time(tmp_path):
         return inner(arch, tasks)
 
     played = run_random(slow, S, V, budget=4, seed=0, trace_path=tmp_path / "r.json")
-    replayed = run_random(CountingEval(inner), S, V, budget=4, seed=0, trace_path=tmp_path / "r.json")
-    assert played["wall_s"] >= 0.02 * played["evaluate_calls"] and replayed["evaluate_calls"] == 0
+    again = CountingEval(inner)
+    replayed = run_random(again, S, V, budget=4, seed=0, trace_path=tmp_path / "r.json")
+    assert played["wall_s"] >= 0.02 * played["evaluate_calls"] and again.calls == 0
     assert replayed["wall_s"] >= played["wall_s"]
     assert json.loads((tmp_path / "r.json").read_text())["wall_s"] == replayed["wall_s"]
+    # the counts are the trace's, not this process's: a replay used to report 0 evaluate calls
+    assert replayed["evaluate_calls"] == played["evaluate_calls"] > 0 and replayed["replayed"] > 0
+
+
+def test_a_killed_search_resumes_with_the_evaluations_it_played(tmp_path):
+    """Evaluations played after the last state save of a killed process count on resume, as do store hits.
+    Before, the trace's counts were the last process's (a resume after a kill reported only its own calls)."""
+    from routers.automem.trace import EvaluationStore
+
+    world, inner = make_evaluator(0)
+    S, V = world.tasks("search"), world.tasks("validation")
+    store = EvaluationStore(tmp_path / "evaluations.jsonl", {"env": "vault"})
+    run_random(inner, S, V, budget=2, seed=0, trace_path=tmp_path / "small.json", store=store)  # into the store
+    stored = {r["key"] for r in json.loads((tmp_path / "small.json").read_text())["log"]}
+    first = CountingEval(inner, die_after=3)
+    with pytest.raises(KeyboardInterrupt):
+        run_random(first, S, V, budget=6, seed=0, trace_path=tmp_path / "r.json", store=store)
+    second = CountingEval(inner)
+    out = run_random(second, S, V, budget=6, seed=0, trace_path=tmp_path / "r.json", store=store)
+    records = json.loads((tmp_path / "r.json").read_text())["log"]
+    shared = sum(r["key"] in stored for r in records)
+    assert shared >= 4 and out["shared"] == shared  # the baselines and the 2 draws both runs made, at least
+    assert out["evaluate_calls"] == first.die_after + second.calls == len(records) - shared
+    assert {r["source"] for r in records if r["key"] in stored} == {"store"}
 
 
 def test_held_out_replay_reports_the_same_wall_time(tmp_path, monkeypatch):

@@ -29,7 +29,6 @@ Everything is in the trace JSON, written after every evaluation; rerunning resum
 from __future__ import annotations
 
 import random
-import time
 from typing import Sequence
 
 from routers.automem.diagnosis import diagnose
@@ -109,14 +108,14 @@ def final_pick(validations: list[dict], points: list[dict], select: str = "valid
             "search_gain": p["gain"], "validation_gain": v["gain"], "cost": p["cost"], "found_at": p["index"] + 1}
 
 
-def _summary(rt: Runtime, points, base_s, base_v, extra: dict, t0: float) -> dict:
+def _summary(rt: Runtime, points, base_s, base_v, extra: dict) -> dict:
     curve = best_so_far(points)
     return {"baseline": {"search_accuracy": base_s.accuracy, "validation_accuracy": base_v.accuracy,
                          "search_tokens": base_s.tokens, "validation_tokens": base_v.tokens},
-            "evaluations": points, "best_so_far": curve, "evaluate_calls": rt.calls, "replayed": rt.replayed,
-            "shared": rt.shared, "candidate_tokens": sum(p["tokens"] for p in points),
+            "evaluations": points, "best_so_far": curve, "evaluate_calls": rt.total_calls,
+            "replayed": rt.replayed, "shared": rt.total_shared, "candidate_tokens": sum(p["tokens"] for p in points),
             "candidate_s": round(sum(p["seconds"] for p in points), 3),
-            "wall_s": round(rt.prior_wall_s + time.perf_counter() - t0, 3),
+            "wall_s": rt.wall_s(),
             **extra}
 
 
@@ -166,7 +165,6 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
         if value < 0:
             raise ValueError(f"{name} must be >= 0 (0: off), got {value}")
     check_final_select(final_select)  # an unknown rule fails before any evaluation
-    t0 = time.perf_counter()
     fp = {"method": "automem", "budget": budget, "k": k, "val_every": val_every, "seed": seed, "init": init,
           "search_tasks": [t.task_id for t in search_tasks], "val_tasks": [t.task_id for t in val_tasks],
           "proposer": getattr(proposer, "name", "rule"), "final_validate": final_validate,
@@ -191,7 +189,7 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
             "ledger": ledger.to_list(), "graph": graph.to_dict(), "validations": validations,
             "gradients": gradients, "rejected_invalid": len(rejected), "rejected": rejected,
             "front": [p["arch"] for p in pareto_front([p for p in points if not p["failed"]])],
-            "leader": lead_key, "best": final_pick(validations, points, final_select), "rounds": round_}, t0)
+            "leader": lead_key, "best": final_pick(validations, points, final_select), "rounds": round_})
 
     while len(points) < budget:
         round_ += 1
@@ -281,7 +279,6 @@ def run_random(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequence
     if budget < 1 or final_validate < 1:
         raise ValueError("budget and final_validate must be >= 1")
     check_final_select(final_select)
-    t0 = time.perf_counter()
     fp = {"method": "random", "budget": budget, "seed": seed, "search_tasks": [t.task_id for t in search_tasks],
           "val_tasks": [t.task_id for t in val_tasks], "final_validate": final_validate, **(fingerprint or {})}
     rt = Runtime(evaluate, trace_path, fp, "random", resume, store)
@@ -293,8 +290,7 @@ def run_random(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequence
 
     def state() -> dict:
         return _summary(rt, points, base_s, base_v, {"validations": validations,
-                                                          "best": final_pick(validations, points, final_select)},
-                        t0)
+                                                          "best": final_pick(validations, points, final_select)})
 
     for i, arch in enumerate(archs):
         ev = rt.run(arch, search_tasks, "search")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -91,8 +92,10 @@ class EvaluationStore:
 
 class Runtime:
     """Evaluations through a cache backed by the trace file (then ``store``, shared with other traces);
-    ``calls`` (new evaluations), ``replayed`` (from this trace), ``shared`` (from the store). A resumed trace's
-    ``wall_s`` adds this process's time to what the trace had recorded (a replay does not reset it to ~0)."""
+    ``calls`` (new evaluations), ``replayed`` (from this trace), ``shared`` (from the store), counted in this process.
+    What the trace records are the totals over every process that built it (``total_calls``, ``total_shared``,
+    ``wall_s``): each record says whether it was played or taken from the store, so a resume or a replay neither
+    resets them to ~0 nor loses the evaluations a killed process played after its last round was saved."""
 
     def __init__(self, evaluate: EvaluateFn, trace_path=None, fingerprint: dict | None = None, method: str = "automem",
                  resume: str = "auto", store: EvaluationStore | None = None, diagnosed_batch: str | None = None):
@@ -109,6 +112,8 @@ class Runtime:
         self.replayed = 0
         self.state: dict = {}
         self.prior_wall_s = 0.0  # wall time the trace recorded before this process resumed it
+        self.prior_calls = self.prior_shared = 0  # a pre-"source" trace's counts for its records that lack one
+        self.t0 = time.perf_counter()
         if self.path is not None and self.path.exists():
             if resume == "never":
                 self.path.unlink()
@@ -129,6 +134,9 @@ class Runtime:
         for rec in old.get("log", []):
             self.cache[rec["key"]] = rec
         self.prior_wall_s = float(old.get("wall_s") or 0.0)
+        if any("source" not in rec for rec in self.cache.values()):
+            self.prior_calls = max(0, int(old.get("evaluate_calls") or 0) - self._sourced("played"))
+            self.prior_shared = max(0, int(old.get("shared") or 0) - self._sourced("store"))
         log.info("%s: resuming, %d evaluations recorded", self.path, len(self.cache))
 
     def run(self, arch: Arch | None, tasks: Sequence, batch: str) -> Evaluation:
@@ -138,6 +146,7 @@ class Runtime:
         if fresh:
             need = RECORD_VERSION if arch is not None and batch == self.diagnosed_batch else 1
             ev = self.store.get(arch, tasks, need) if self.store is not None else None
+            source = "played" if ev is None else "store"
             if ev is None:
                 self.calls += 1
                 ev = run_evaluation(self.evaluate, arch, tasks, batch)
@@ -146,7 +155,7 @@ class Runtime:
             else:
                 self.shared += 1
                 ev.batch = batch
-            rec = {"key": key, "evaluation": ev.to_dict()}
+            rec = {"key": key, "source": source, "evaluation": ev.to_dict()}
             self.cache[key] = rec
         else:
             self.replayed += 1
@@ -157,9 +166,30 @@ class Runtime:
             self.save()
         return ev
 
+    def _sourced(self, source: str) -> int:
+        return sum(rec.get("source") == source for rec in self.cache.values())
+
+    @property
+    def total_calls(self) -> int:
+        """Evaluations played for this trace, over every process that built it."""
+        return self.prior_calls + self._sourced("played")
+
+    @property
+    def total_shared(self) -> int:
+        """Evaluations this trace took from the store, over every process that built it."""
+        return self.prior_shared + self._sourced("store")
+
+    def wall_s(self) -> float:
+        return round(self.prior_wall_s + time.perf_counter() - self.t0, 3)
+
     def save(self, extra: dict | None = None) -> None:
+        """Write the trace; ``extra`` is the search's state. A save after an evaluation refreshes the state's counts
+        and wall time, so a process killed before its next state save resumes from the true totals."""
         if extra is not None:
             self.state = extra
+        elif self.state:
+            self.state = {**self.state, "evaluate_calls": self.total_calls, "shared": self.total_shared,
+                          "wall_s": self.wall_s()}
         if self.path is None:
             return
         from routers.io import atomic_write_json
