@@ -1,6 +1,7 @@
 """Seed-1 check (session 36): what AutoMem's seed-1 pick (trajectory + shortcut, `graph`) and random search's
 (`workflow | hybrid`) inject on a fetch task of world 1 (search batch: the pick solves 15/18 fetch there) and of
-world 2 (validation batch: 0/9), after storing only the sites' demonstrations (played by the expert), then plays it with that memory (~1 min).
+world 2 (validation batch: 0/9), after storing only the sites' demonstrations (played by the expert), then plays the
+task with that memory (a few minutes on 2 cores).
 
     python eval/reports/automem_revisit3/seed1_units.py > eval/reports/automem_revisit3/seed1_units.txt
 """
