@@ -92,9 +92,8 @@ class EvaluationStore:
 
 class Runtime:
     """Evaluations through a cache backed by the trace file (then ``store``, shared with other traces);
-    ``calls`` (new evaluations), ``replayed`` (from this trace), ``shared`` (from the store), counted in this process.
-    What the trace records are the totals over every process that built it (``total_calls``, ``total_shared``,
-    ``wall_s``): each record says whether it was played or taken from the store, so a resume or a replay neither
+    ``replayed`` counts this process's replays from the trace. What the trace records are the totals over every
+    process that built it (``total_calls``, ``total_shared``, ``wall_s``): each record says whether it was played or taken from the store, so a resume or a replay neither
     resets them to ~0 nor loses the evaluations a killed process played after its last round was saved."""
 
     def __init__(self, evaluate: EvaluateFn, trace_path=None, fingerprint: dict | None = None, method: str = "automem",
@@ -102,13 +101,11 @@ class Runtime:
         self.evaluate = evaluate
         self.store = store
         self.diagnosed_batch = diagnosed_batch  # its memory evaluations need the current record's failure fields
-        self.shared = 0
         self.path = Path(trace_path) if trace_path else None
         self.fingerprint = fingerprint or {}
         self.method = method
         self.log: list[dict] = []
         self.cache: dict[str, dict] = {}
-        self.calls = 0
         self.replayed = 0
         self.state: dict = {}
         self.prior_wall_s = 0.0  # wall time the trace recorded before this process resumed it
@@ -148,12 +145,10 @@ class Runtime:
             ev = self.store.get(arch, tasks, need) if self.store is not None else None
             source = "played" if ev is None else "store"
             if ev is None:
-                self.calls += 1
                 ev = run_evaluation(self.evaluate, arch, tasks, batch)
                 if self.store is not None:
                     self.store.put(arch, tasks, ev)
             else:
-                self.shared += 1
                 ev.batch = batch
             rec = {"key": key, "source": source, "evaluation": ev.to_dict()}
             self.cache[key] = rec
