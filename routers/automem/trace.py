@@ -94,7 +94,8 @@ class Runtime:
     """Evaluations through a cache backed by the trace file (then ``store``, shared with other traces);
     ``replayed`` counts this process's replays from the trace. What the trace records are the totals over every
     process that built it (``total_calls``, ``total_shared``, ``wall_s``): each record says whether it was played or
-    taken from the store, so a resume or a replay neither resets them to ~0 nor loses the evaluations a killed process played after its last round was saved."""
+    taken from the store, so a resume or a replay neither resets them to ~0 nor loses the evaluations a killed
+    process played after its last round was saved."""
 
     def __init__(self, evaluate: EvaluateFn, trace_path=None, fingerprint: dict | None = None, method: str = "automem",
                  resume: str = "auto", store: EvaluationStore | None = None, diagnosed_batch: str | None = None):
