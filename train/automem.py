@@ -61,6 +61,10 @@ class AutomemTrainConfig(RolloutConfig):
         "help": "AutoMem: when the diagnosis reads unusable_form (evidence injected alone, not acted on) and the "
                 "leader encodes a procedural unit (workflow, shortcut, trajectory) beside tip / insight, remove the "
                 "declarative encoder before adding another procedural one"})
+    swap_inert: bool = field(default=False, metadata={
+        "help": "AutoMem: a candidate that repeats its parent's outcome and step count on every search task leaves "
+                "its ledger entry untested, and an Encode addition that did so (its units cut behind the others) is "
+                "retried with the form the candidate kept most removed"})
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     init: str = field(default="random", metadata={"help": "round-1 candidates: random (as random search) | known "
                                                          "(human-designed systems as tuples)"})
@@ -212,7 +216,8 @@ def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
                             diagnosis_llm=llm, init=cfg.init, resume=cfg.resume,
                             final_validate=cfg.final_validate, store=store,
                             final_select=cfg.final_select, stagnation=cfg.stagnation,
-                            structure_after=cfg.structure_after, prune_declarative=cfg.prune_declarative)
+                            structure_after=cfg.structure_after, prune_declarative=cfg.prune_declarative,
+                            swap_inert=cfg.swap_inert)
             row = {"automem": _brief(a)}
             if cfg.random_baseline:
                 r = run_random(evaluator, search, val, budget=cfg.budget, seed=seed,

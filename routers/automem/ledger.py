@@ -7,7 +7,9 @@ diagnosis) or ``dead_end`` (a module option that keeps losing to no memory). Dif
 
 * pending + improved -> active; pending + not improved -> refuted;
 * active + not improved -> pending (downgraded), and refuted at the next contradiction;
-* refuted entries are never followed again (a new diagnosis cannot revive them).
+* refuted entries are never followed again (a new diagnosis cannot revive them);
+* an inert comparison (``inert=True``: the candidate repeated its parent's outcome and step count on every task, so
+  the edit never changed what the agent did) is recorded and changes no status: it did not test the edit.
 """
 
 from __future__ import annotations
@@ -52,11 +54,11 @@ class Ledger:
         e.evidence.append(evidence)
         return e
 
-    def validate(self, entry_id: str, improved: bool, evidence: dict) -> LedgerEntry:
-        """Differential validation: update the entry's status from a paired comparison."""
+    def validate(self, entry_id: str, improved: bool, evidence: dict, inert: bool = False) -> LedgerEntry:
+        """Differential validation: update the entry's status from a paired comparison (none when ``inert``)."""
         e = next(x for x in self.entries if x.entry_id == entry_id)
-        e.evidence.append({**evidence, "improved": bool(improved)})
-        if e.status == "refuted":
+        e.evidence.append({**evidence, "improved": bool(improved), **({"inert": True} if inert else {})})
+        if e.status == "refuted" or inert:
             return e
         if improved:
             e.status = "active"

@@ -10,7 +10,10 @@ edits of the leader (skipping refuted / dead-end edits; each tied to a ledger en
 validation), active principles not yet applied to the leader, then an exploration edit chosen by the
 observation graph (optimistic for untried options). An exploration edit the constraints forbid on its own (the
 leader's ``graph | ... | graph_consolidate`` cannot take a ``hybrid`` store) is repaired by one other module's change
-(``Proposal.repair``): otherwise coupled choices trap the search in one region of the space.
+(``Proposal.repair``): otherwise coupled choices trap the search in one region of the space. With the search's
+``swap_inert``, an Encode addition of the leader that left the agent's behaviour unchanged (``SearchContext.inert``: the
+added form's units sat behind the others under the word limit) comes back first, as a swap: the addition plus the
+removal of the form whose units the candidate kept most.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from routers.automem.space import (ENCODE, KNOWN_SYSTEMS, MENU, MODULES, Arch, a
 class Proposal:
     arch: Arch
     origin: str                      # init | gradient | principle | explore | structure | resample | llm | restart
-                                     # | stagnation
+                                     # | stagnation | swap
     parent: str | None = None        # the leader's key the edit was applied to
     edit: list | None = None         # [module, option]
     entry_id: str | None = None      # the ledger entry this proposal tests
@@ -51,6 +54,7 @@ class SearchContext:
     gradient: dict | None = None
     evaluated: set = field(default_factory=set)
     init: str = "random"
+    inert: dict = field(default_factory=dict)  # candidate key -> {parent, edit, entry_id, kinds}: no behaviour change
 
 
 def _apply(arch: Arch, module: str, option: str) -> Arch | None:
@@ -81,8 +85,9 @@ class RuleProposer:
     def propose(self, ctx: SearchContext, k: int) -> list[Proposal]:
         if ctx.leader is None:
             return self._init(ctx, k)
-        out: list[Proposal] = []
         seen = set(ctx.evaluated)
+        out: list[Proposal] = self.swaps(ctx, seen)[:k]
+        seen |= {p.arch.key for p in out}
         grad = ctx.gradient or {}
         edits = (grad.get("recommended_edit") or {}).get("edits", [])
         cond = grad.get("failure_mode") or ""
@@ -111,6 +116,26 @@ class RuleProposer:
                 break
             out.append(p)
             seen.add(p.arch.key)
+        return out
+
+    def swaps(self, ctx: SearchContext, seen: set) -> list[Proposal]:
+        """The leader's inert Encode additions (``+x`` that changed no task's outcome or step count) retried as
+        ``+x`` plus ``-y``, where ``y`` is the leader's other form the inert candidate kept most often: an addition
+        the word limit cut behind ``y``'s units was never shown to the agent, so it was not tested."""
+        out = []
+        for key, info in ctx.inert.items():
+            module, option = info.get("edit") or ("", "")
+            if info.get("parent") != ctx.leader.key or module != "encode" or option[:1] != "+" \
+                    or ctx.ledger.blocked([module, option]):
+                continue
+            kinds = info.get("kinds") or {}
+            ranked = sorted((e for e in ctx.leader.encode if e != option[1:] and kinds.get(e)), key=lambda e: -kinds[e])
+            for kind in ranked:
+                arch = _apply(Arch.parse(key), "encode", f"-{kind}")
+                if arch is not None and valid(arch) and arch.key not in seen:
+                    out.append(Proposal(arch, "swap", ctx.leader.key, [module, option], info.get("entry_id"),
+                                        repair=["encode", f"-{kind}"]))
+                    break
         return out
 
     def _init(self, ctx: SearchContext, k: int) -> list[Proposal]:

@@ -18,7 +18,11 @@ one-module edits of a plateau's leader tend to tie it). ``structure_after=N`` (0
 has kept one Store | Retrieve | Manage for N rounds, one slot per round goes to the proposer's exploration edit of
 those three modules (``origin: structure``): the gradient's edits can fill every slot with Encode edits of the
 round-1 winner's structure. ``prune_declarative`` (off by default): the diagnosis's ``unusable_form`` edits remove a
-declarative encoder first when the leader also encodes a procedural one (``routers.automem.diagnosis``). At the end
+declarative encoder first when the leader also encodes a procedural one (``routers.automem.diagnosis``).
+``swap_inert`` (off by default): a candidate that repeats its parent's outcome and step count on every search task is
+inert -- its edit never changed what the agent did (an added form's units cut by the word limit behind the others) --
+so its ledger entry stays untested, and an inert Encode addition of the leader is retried as a swap (the proposer's
+``swaps``): one-module edits of a leader that holds two forms cannot replace one by the other. At the end
 both methods validate their ``final_validate`` best candidates by search accuracy (then cost) and report the best on
 validation (``final_select``: or by pooled or search accuracy): a search-batch leader that does not carry over loses
 to a runner-up that does.
@@ -52,6 +56,23 @@ def _point(ev: Evaluation, base: Evaluation, index: int, round_: int, slot: int,
     if prop is not None:
         p.update({k: v for k, v in prop.to_dict().items() if k != "arch"})
     return p
+
+
+def inert(ev: Evaluation, parent: Evaluation | None) -> bool:
+    """Did the candidate repeat its parent's outcome and step count on every task (the agent acted alike)?"""
+    if parent is None or ev.failed or parent.failed or not ev.results:
+        return False
+    return {r.task_id: (r.success, r.steps) for r in ev.results} == \
+        {r.task_id: (r.success, r.steps) for r in parent.results}
+
+
+def _kinds(ev: Evaluation) -> dict[str, int]:
+    """How often each unit form was kept for injection over the batch (record v3's ``kept_kinds``)."""
+    out: dict[str, int] = {}
+    for r in ev.results:
+        for kind in (r.failure or {}).get("kept_kinds") or []:
+            out[kind] = out.get(kind, 0) + 1
+    return out
 
 
 def _gains(ev: Evaluation, base: Evaluation) -> tuple[dict, dict]:
@@ -158,7 +179,7 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
                 val_every: int = 2, seed: int = 0, trace_path=None, fingerprint: dict | None = None, proposer=None,
                 diagnosis_llm=None, init: str = "random", resume: str = "auto", max_resample: int = 50,
                 final_validate: int = 3, store=None, final_select: str = "validation", stagnation: int = 0,
-                structure_after: int = 0, prune_declarative: bool = False) -> dict:
+                structure_after: int = 0, prune_declarative: bool = False, swap_inert: bool = False) -> dict:
     if budget < 1 or k < 1 or val_every < 1 or final_validate < 1:
         raise ValueError("budget, k, val_every and final_validate must be >= 1")
     for name, value in (("stagnation", stagnation), ("structure_after", structure_after)):
@@ -170,7 +191,8 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
           "proposer": getattr(proposer, "name", "rule"), "final_validate": final_validate,
           **({"stagnation": stagnation} if stagnation else {}),
           **({"structure_after": structure_after} if structure_after else {}),
-          **({"prune_declarative": True} if prune_declarative else {}), **(fingerprint or {})}
+          **({"prune_declarative": True} if prune_declarative else {}),
+          **({"swap_inert": True} if swap_inert else {}), **(fingerprint or {})}
     rt = Runtime(evaluate, trace_path, fp, "automem", resume, store, diagnosed_batch="search")
     proposer = proposer or RuleProposer()
     rng = random.Random(seed)
@@ -183,6 +205,8 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
     gradient, lead_key, round_ = None, None, 0
     best_acc, stale = None, 0  # best search accuracy so far; rounds since it last improved
     held = 0  # rounds the leader's Store | Retrieve | Manage has stayed the same
+    evs: dict[str, Evaluation] = {}  # search-batch evaluations by architecture key (a child's parent)
+    inert_edits: dict[str, dict] = {}  # swap_inert: candidates that changed nothing the agent did
 
     def state() -> dict:
         return _summary(rt, points, base_s, base_v, {
@@ -199,7 +223,7 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
         ctx = SearchContext(round=round_, rng=rng, leader=Arch.parse(lead["arch"]) if lead else None,
                             front=[{k2: p[k2] for k2 in ("arch", "accuracy", "gain", "cost")} for p in front],
                             ledger=ledger, graph=graph, gradient=gradient,
-                            evaluated={p["arch"] for p in points}, init=init)
+                            evaluated={p["arch"] for p in points}, init=init, inert=inert_edits)
         want = min(k, budget - len(points))
         n_stag = 1 if stagnation and stale >= stagnation else 0
         struct = _structure_edit(proposer, ctx) if structure_after and held >= structure_after \
@@ -229,6 +253,12 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
         for slot, prop in enumerate(final):
             ev = rt.run(prop.arch, search_tasks, "search")
             p = _point(ev, base_s, len(points), round_, slot, prop)
+            no_change = swap_inert and inert(ev, evs.get(prop.parent or ""))
+            if no_change:
+                p["inert"] = True
+                inert_edits[p["arch"]] = {"parent": prop.parent, "edit": prop.edit, "entry_id": prop.entry_id,
+                                          "kinds": _kinds(ev)}
+            evs[p["arch"]] = ev
             points.append(p)
             if not ev.failed:
                 gains, accs = _gains(ev, base_s)
@@ -240,7 +270,8 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
                     p["accuracy"] > parent["accuracy"] or (p["accuracy"] == parent["accuracy"]
                                                            and p["cost"] < parent["cost"]))
                 ledger.validate(prop.entry_id, improved, {"round": round_, "arch": p["arch"], "parent": parent["arch"],
-                                                          "accuracy": p["accuracy"], "parent_accuracy": parent["accuracy"]})
+                                                          "accuracy": p["accuracy"], "parent_accuracy": parent["accuracy"]},
+                                inert=no_change and not improved)
             rt.save(state())
         for module in MODULES:  # dead ends: choices that keep losing to no memory
             for opt in {o for a in final for m, o in a.arch.choices() if m == module}:
