@@ -33,6 +33,7 @@ Everything is in the trace JSON, written after every evaluation; rerunning resum
 from __future__ import annotations
 
 import random
+from collections import Counter
 from typing import Sequence
 
 from routers.automem.diagnosis import diagnose
@@ -66,13 +67,9 @@ def inert(ev: Evaluation, parent: Evaluation | None) -> bool:
         {r.task_id: (r.success, r.steps) for r in parent.results}
 
 
-def _kinds(ev: Evaluation) -> dict[str, int]:
+def _kinds(ev: Evaluation) -> Counter:
     """How often each unit form was kept for injection over the batch (record v3's ``kept_kinds``)."""
-    out: dict[str, int] = {}
-    for r in ev.results:
-        for kind in (r.failure or {}).get("kept_kinds") or []:
-            out[kind] = out.get(kind, 0) + 1
-    return out
+    return Counter(kind for r in ev.results for kind in (r.failure or {}).get("kept_kinds") or [])
 
 
 def _gains(ev: Evaluation, base: Evaluation) -> tuple[dict, dict]:
