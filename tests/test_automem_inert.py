@@ -55,7 +55,11 @@ def test_an_inert_addition_is_retried_without_the_form_its_candidate_kept_most()
     first = props[0]
     assert (first.arch.key, first.origin, first.edit, first.repair, first.entry_id, first.parent) == (
         SWAP.key, "swap", ["encode", "+workflow"], ["encode", "-trajectory"], "L1", LEADER.key)
-    assert props[1].origin != "swap"  # one swap per inert addition
+    # one swap per inert addition, then its focus: workflow with every form ranked below it removed, tied to no entry
+    focus = props[1]
+    assert (focus.arch.key, focus.origin, focus.edit, focus.repair, focus.entry_id) == (
+        Arch(("workflow",), "graph", "cbr_rerank", "graph_consolidate").key, "focus", ["encode", "+workflow"],
+        ["encode", "-insight", "-shortcut", "-trajectory"], None)
     # that swap evaluated: the next form in line (shortcut, 18 kept)
     again = RuleProposer().propose(_ctx(evaluated=[SWAP.key]), 1)[0]
     assert (again.arch.key, again.repair) == (LEADER.edit("encode", "-shortcut").edit("encode", "+workflow").key,
@@ -65,6 +69,25 @@ def test_an_inert_addition_is_retried_without_the_form_its_candidate_kept_most()
     e = ledger.propose("unusable_form", ["encode", "+workflow"], {})
     ledger.validate(e.entry_id, False, {})
     assert all(p.origin != "swap" for p in RuleProposer().propose(_ctx(ledger), 2))
+
+
+def test_an_inert_addition_replaces_only_forms_the_diagnosis_ranks_below_it():
+    # seed 2 of worlds_revisit3_cpu: +trajectory of a workflow leader was inert; trajectory ranks below workflow
+    lead = Arch(("workflow",), "json", "cbr_rerank", "json_full")
+    added = lead.edit("encode", "+trajectory")
+
+    def ctx(leader, added, edit, kinds):
+        return SearchContext(round=3, rng=random.Random(0), leader=leader, evaluated={leader.key, added.key},
+                             inert={added.key: {"parent": leader.key, "edit": edit, "entry_id": "L1", "kinds": kinds}})
+
+    props = RuleProposer().propose(ctx(lead, added, ["encode", "+trajectory"], {"workflow": 30, "trajectory": 3}), 2)
+    assert all(p.origin not in ("swap", "focus") for p in props)
+    # +shortcut beside tip + workflow: only tip ranks below shortcut, so one swap and no focus (it would be the swap)
+    lead = Arch(("tip", "workflow"), "json", "cbr_rerank", "json_full")
+    added = lead.edit("encode", "+shortcut")
+    props = RuleProposer().propose(ctx(lead, added, ["encode", "+shortcut"], {"workflow": 30, "tip": 9}), 2)
+    assert [(p.origin, p.arch.key, p.repair) for p in props if p.origin in ("swap", "focus")] == [
+        ("swap", Arch(("workflow", "shortcut"), "json", "cbr_rerank", "json_full").key, ["encode", "-tip"])]
 
 
 class FixedInit(RuleProposer):

@@ -64,7 +64,8 @@ class AutomemTrainConfig(RolloutConfig):
     swap_inert: bool = field(default=False, metadata={
         "help": "AutoMem: a candidate that repeats its parent's outcome and step count on every search task leaves "
                 "its ledger entry untested, and an Encode addition that did so (its units cut behind the others) is "
-                "retried with the form the candidate kept most removed"})
+                "retried in place of forms the diagnosis ranks below it: without the one the candidate kept most "
+                "(swap), then without all of them (focus)"})
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     init: str = field(default="random", metadata={"help": "round-1 candidates: random (as random search) | known "
                                                          "(human-designed systems as tuples)"})

@@ -82,6 +82,9 @@ EDITS = {
                       ("retrieve", "mmr"), ("encode", "-workflow")],
 }
 
+# the forms unusable_form ranks, most actionable first: the additions in order, then the removals reversed
+FORM_ORDER = tuple([o[1:] for _, o in EDITS["unusable_form"] if o[0] == "+"]
+                   + [o[1:] for _, o in reversed(EDITS["unusable_form"]) if o[0] == "-"])
 
 def scope(result: TaskResult) -> str | None:
     """None when the failure is memory-attributable, else why it is out of scope."""

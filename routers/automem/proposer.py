@@ -12,8 +12,9 @@ observation graph (optimistic for untried options). An exploration edit the cons
 leader's ``graph | ... | graph_consolidate`` cannot take a ``hybrid`` store) is repaired by one other module's change
 (``Proposal.repair``): otherwise coupled choices trap the search in one region of the space. With the search's
 ``swap_inert``, an Encode addition of the leader that left the agent's behaviour unchanged (``SearchContext.inert``: the
-added form's units sat behind the others under the word limit) comes back first, as a swap: the addition plus the
-removal of the form whose units the candidate kept most.
+added form's units sat behind the others under the word limit) comes back first, in place of forms the diagnosis ranks
+below it: a swap (the addition plus the removal of the lower form whose units the candidate kept most), then a focus
+(the addition with every lower form removed).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import random
 import re
 from dataclasses import dataclass, field
 
+from routers.automem.diagnosis import FORM_ORDER
 from routers.automem.ledger import Ledger, ObservationGraph
 from routers.automem.space import (ENCODE, KNOWN_SYSTEMS, MENU, MODULES, Arch, as_arch, feasible_space, neighbors,
                                    valid)
@@ -32,11 +34,11 @@ from routers.automem.space import (ENCODE, KNOWN_SYSTEMS, MENU, MODULES, Arch, a
 class Proposal:
     arch: Arch
     origin: str                      # init | gradient | principle | explore | structure | resample | llm | restart
-                                     # | stagnation | swap
+                                     # | stagnation | swap | focus
     parent: str | None = None        # the leader's key the edit was applied to
     edit: list | None = None         # [module, option]
     entry_id: str | None = None      # the ledger entry this proposal tests
-    repair: list | None = None       # [module, option]: the second change that makes ``edit`` valid
+    repair: list | None = None       # [module, option, ...]: the other change(s) that make ``edit`` valid / tested
 
     def to_dict(self) -> dict:
         return {"arch": self.arch.key, "origin": self.origin, "parent": self.parent, "edit": self.edit,
@@ -119,23 +121,33 @@ class RuleProposer:
         return out
 
     def swaps(self, ctx: SearchContext, seen: set) -> list[Proposal]:
-        """The leader's inert Encode additions (``+x`` that changed no task's outcome or step count) retried as
-        ``+x`` plus ``-y``, where ``y`` is the leader's other form the inert candidate kept most often: an addition
-        the word limit cut behind ``y``'s units was never shown to the agent, so it was not tested."""
+        """The leader's inert Encode additions (``+x`` that changed no task's outcome or step count) retried in
+        place of forms the diagnosis ranks below ``x`` (``FORM_ORDER``): an addition the word limit cut behind other
+        units was never shown to the agent, so it was not tested. First the swap ``+x -y`` (``y`` the lower form
+        the inert candidate kept most; the addition's differential test), then the focus: ``x`` with every lower
+        form removed (a further candidate, tied to no ledger entry)."""
         out = []
         for key, info in ctx.inert.items():
             module, option = info.get("edit") or ("", "")
             if info.get("parent") != ctx.leader.key or module != "encode" or option[:1] != "+" \
-                    or ctx.ledger.blocked([module, option]):
+                    or ctx.ledger.blocked([module, option]) or option[1:] not in FORM_ORDER:
                 continue
             kinds = info.get("kinds") or {}
-            ranked = sorted((e for e in ctx.leader.encode if e != option[1:] and kinds.get(e)), key=lambda e: -kinds[e])
+            lower = [e for e in ctx.leader.encode if e in FORM_ORDER
+                     and FORM_ORDER.index(e) > FORM_ORDER.index(option[1:])]
+            ranked = sorted((e for e in lower if kinds.get(e)), key=lambda e: -kinds[e])
             for kind in ranked:
                 arch = _apply(Arch.parse(key), "encode", f"-{kind}")
                 if arch is not None and valid(arch) and arch.key not in seen:
                     out.append(Proposal(arch, "swap", ctx.leader.key, [module, option], info.get("entry_id"),
                                         repair=["encode", f"-{kind}"]))
+                    seen = seen | {arch.key}
                     break
+            focus = Arch.parse(key).edit("encode", tuple(e for e in Arch.parse(key).encode if e not in lower))
+            if len(lower) > 1 and valid(focus) and focus.key not in seen:
+                out.append(Proposal(focus, "focus", ctx.leader.key, [module, option],  # the swap tests the entry
+                                    repair=["encode", *(f"-{e}" for e in sorted(lower))]))
+                seen = seen | {focus.key}
         return out
 
     def _init(self, ctx: SearchContext, k: int) -> list[Proposal]:

@@ -21,8 +21,9 @@ round-1 winner's structure. ``prune_declarative`` (off by default): the diagnosi
 declarative encoder first when the leader also encodes a procedural one (``routers.automem.diagnosis``).
 ``swap_inert`` (off by default): a candidate that repeats its parent's outcome and step count on every search task is
 inert -- its edit never changed what the agent did (an added form's units cut by the word limit behind the others) --
-so its ledger entry stays untested, and an inert Encode addition of the leader is retried as a swap (the proposer's
-``swaps``): one-module edits of a leader that holds two forms cannot replace one by the other. At the end
+so its ledger entry stays untested, and an inert Encode addition of the leader is retried in place of the forms the
+diagnosis ranks below it, as a swap and a focus (the proposer's ``swaps``): one-module edits of a leader that holds two
+forms cannot replace one by the other. At the end
 both methods validate their ``final_validate`` best candidates by search accuracy (then cost) and report the best on
 validation (``final_select``: or by pooled or search accuracy): a search-batch leader that does not carry over loses
 to a runner-up that does.
