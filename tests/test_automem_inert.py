@@ -127,3 +127,20 @@ def test_the_search_swaps_in_a_form_the_word_limit_hid_only_when_swap_inert_is_o
     assert (swap["round"], swap["origin"], swap["repair"]) == (3, "swap", ["encode", "-trajectory"])
     assert entry["on"]["status"] == "active" and on["best"]["arch"] == SWAP.key
     assert on["best"]["validation_accuracy"] == 1.0
+
+
+def test_the_focus_is_picked_when_the_added_form_works_best_alone(tmp_path):
+    S, V = [Task(f"s-{i}", "fetch") for i in range(4)], [Task(f"v-{i}", "fetch") for i in range(4)]
+    focus = Arch(("workflow",), "graph", "cbr_rerank", "graph_consolidate")
+
+    def evaluate(arch, tasks):  # the swap helps (3 of 4), workflow alone solves all
+        key = arch.key if arch is not None else None
+        solved = {None: 0, LEADER.key: 2, ADDED.key: 2, SWAP.key: 3, focus.key: 4}.get(key, 1)
+        return [TaskResult(t.task_id, True, tokens=10, steps=3, failure={"kept_kinds": KINDS}) if i < solved
+                else _not_acted_on(t.task_id, 9) for i, t in enumerate(tasks)]
+
+    out = run_automem(evaluate, S, V, budget=6, k=2, seed=0, proposer=FixedInit(), swap_inert=True, trace_path=None)
+    third = [(p["origin"], p["arch"], p["accuracy"]) for p in out["evaluations"] if p["round"] == 3]
+    assert third == [("swap", SWAP.key, 0.75), ("focus", focus.key, 1.0)]
+    assert out["best"]["arch"] == focus.key and out["best"]["validation_accuracy"] == 1.0
+    assert next(e for e in out["ledger"] if e["edit"] == ["encode", "+workflow"])["status"] == "active"
