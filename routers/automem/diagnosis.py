@@ -86,6 +86,7 @@ EDITS = {
 FORM_ORDER = tuple([o[1:] for _, o in EDITS["unusable_form"] if o[0] == "+"]
                    + [o[1:] for _, o in reversed(EDITS["unusable_form"]) if o[0] == "-"])
 
+
 def scope(result: TaskResult) -> str | None:
     """None when the failure is memory-attributable, else why it is out of scope."""
     f = result.failure or {}

@@ -136,14 +136,15 @@ class RuleProposer:
             lower = [e for e in ctx.leader.encode if e in FORM_ORDER
                      and FORM_ORDER.index(e) > FORM_ORDER.index(option[1:])]
             ranked = sorted((e for e in lower if kinds.get(e)), key=lambda e: -kinds[e])
+            added = Arch.parse(key)
             for kind in ranked:
-                arch = _apply(Arch.parse(key), "encode", f"-{kind}")
+                arch = _apply(added, "encode", f"-{kind}")
                 if arch is not None and valid(arch) and arch.key not in seen:
                     out.append(Proposal(arch, "swap", ctx.leader.key, [module, option], info.get("entry_id"),
                                         repair=["encode", f"-{kind}"]))
                     seen = seen | {arch.key}
                     break
-            focus = Arch.parse(key).edit("encode", tuple(e for e in Arch.parse(key).encode if e not in lower))
+            focus = added.edit("encode", tuple(e for e in added.encode if e not in lower))
             if len(lower) > 1 and valid(focus) and focus.key not in seen:
                 out.append(Proposal(focus, "focus", ctx.leader.key, [module, option],  # the swap tests the entry
                                     repair=["encode", *(f"-{e}" for e in sorted(lower))]))
