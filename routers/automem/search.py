@@ -23,10 +23,9 @@ declarative encoder first when the leader also encodes a procedural one (``route
 inert -- its edit never changed what the agent did (an added form's units cut by the word limit behind the others) --
 so its ledger entry stays untested, and an inert Encode addition of the leader is retried in place of the forms the
 diagnosis ranks below it, as a swap and a focus (the proposer's ``swaps``): one-module edits of a leader that holds two
-forms cannot replace one by the other. At the end
-both methods validate their ``final_validate`` best candidates by search accuracy (then cost) and report the best on
-validation (``final_select``: or by pooled or search accuracy): a search-batch leader that does not carry over loses
-to a runner-up that does.
+forms cannot replace one by the other. At the end both methods validate their ``final_validate`` best candidates by
+search accuracy (then cost) and report the best on validation (``final_select``: or by pooled or search accuracy): a
+search-batch leader that does not carry over loses to a runner-up that does.
 Everything is in the trace JSON, written after every evaluation; rerunning resumes from it without re-evaluating
 (``store``: evaluations shared with other traces, ``routers.automem.trace.EvaluationStore``).
 """
@@ -267,8 +266,9 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
                 improved = p["accuracy"] is not None and parent["accuracy"] is not None and (
                     p["accuracy"] > parent["accuracy"] or (p["accuracy"] == parent["accuracy"]
                                                            and p["cost"] < parent["cost"]))
-                ledger.validate(prop.entry_id, improved, {"round": round_, "arch": p["arch"], "parent": parent["arch"],
-                                                          "accuracy": p["accuracy"], "parent_accuracy": parent["accuracy"]},
+                ledger.validate(prop.entry_id, improved,
+                                {"round": round_, "arch": p["arch"], "parent": parent["arch"],
+                                 "accuracy": p["accuracy"], "parent_accuracy": parent["accuracy"]},
                                 inert=no_change and not improved)
             rt.save(state())
         for module in MODULES:  # dead ends: choices that keep losing to no memory
