@@ -66,6 +66,12 @@ class AutomemTrainConfig(RolloutConfig):
                 "its ledger entry untested, and an Encode addition that did so (its units cut behind the others) is "
                 "retried in place of forms the diagnosis ranks below it: without the one the candidate kept most "
                 "(swap), then without all of them (focus)"})
+    diagnose_scope: str = field(default="round", metadata={
+        "help": "AutoMem: whose failures the diagnosis reads: round (every candidate of the round, the paper's) | "
+                "leader (the leader's only: its edits go to the leader)"})
+    drop_forms_ahead: bool = field(default=False, metadata={
+        "help": "AutoMem: when the diagnosis reads unusable_form, first remove the unit forms the agent read ahead "
+                "of a form the diagnosis ranks higher (a shortcut or trajectory kept before the workflow)"})
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     init: str = field(default="random", metadata={"help": "round-1 candidates: random (as random search) | known "
                                                          "(human-designed systems as tuples)"})
@@ -101,7 +107,7 @@ class AutomemTrainConfig(RolloutConfig):
     resume: str = "auto"
 
     def __post_init__(self):
-        from routers.automem.search import FINAL_SELECT
+        from routers.automem.search import DIAGNOSE_SCOPES, FINAL_SELECT
 
         super().__post_init__()
         raise_option_problems(option_problems([
@@ -112,6 +118,8 @@ class AutomemTrainConfig(RolloutConfig):
             int_option(self.stagnation, "stagnation", minimum=0),
             int_option(self.structure_after, "structure_after", minimum=0),
             (self.init in ("random", "known"), f"init must be random or known, got {self.init!r}"),
+            (self.diagnose_scope in DIAGNOSE_SCOPES,
+             f"diagnose_scope must be one of {DIAGNOSE_SCOPES}, got {self.diagnose_scope!r}"),
             (self.search_warmup in SEARCH_WARMUPS,
              f"search_warmup must be one of {SEARCH_WARMUPS}, got {self.search_warmup!r}"),
             (self.final_select in FINAL_SELECT,
@@ -218,7 +226,8 @@ def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
                             final_validate=cfg.final_validate, store=store,
                             final_select=cfg.final_select, stagnation=cfg.stagnation,
                             structure_after=cfg.structure_after, prune_declarative=cfg.prune_declarative,
-                            swap_inert=cfg.swap_inert)
+                            swap_inert=cfg.swap_inert, diagnose_scope=cfg.diagnose_scope,
+                            drop_forms_ahead=cfg.drop_forms_ahead)
             row = {"automem": _brief(a)}
             if cfg.random_baseline:
                 r = run_random(evaluator, search, val, budget=cfg.budget, seed=seed,

@@ -23,9 +23,13 @@ declarative encoder first when the leader also encodes a procedural one (``route
 inert -- its edit never changed what the agent did (an added form's units cut by the word limit behind the others) --
 so its ledger entry stays untested, and an inert Encode addition of the leader is retried in place of the forms the
 diagnosis ranks below it, as a swap and a focus (the proposer's ``swaps``): one-module edits of a leader that holds two
-forms cannot replace one by the other. At the end both methods validate their ``final_validate`` best candidates by
-search accuracy (then cost) and report the best on validation (``final_select``: or by pooled or search accuracy): a
-search-batch leader that does not carry over loses to a runner-up that does.
+forms cannot replace one by the other. ``diagnose_scope="leader"`` (default ``round``, the paper's: every failure of
+the round) diagnoses only the leader's failures: the gradient's edits are applied to the leader, and a losing
+candidate's failures come from its own choices. ``drop_forms_ahead`` (off by default): an ``unusable_form`` gradient
+first removes the forms the agent read ahead of a higher-ranked one (``routers.automem.diagnosis.forms_ahead``).
+At the end both methods validate their ``final_validate`` best candidates by search accuracy (then cost) and report the
+best on validation (``final_select``: or by pooled or search accuracy): a search-batch leader that does not carry over
+loses to a runner-up that does.
 Everything is in the trace JSON, written after every evaluation; rerunning resumes from it without re-evaluating
 (``store``: evaluations shared with other traces, ``routers.automem.trace.EvaluationStore``).
 """
@@ -46,6 +50,7 @@ from routers.logs import get_logger
 
 log = get_logger(__name__)
 STRUCTURE = ("store", "retrieve", "manage")  # the modules a held structure's reserved slot edits
+DIAGNOSE_SCOPES = ("round", "leader")  # whose failures the diagnosis reads: the round's candidates', the leader's
 
 
 def _point(ev: Evaluation, base: Evaluation, index: int, round_: int, slot: int, prop: Proposal | None) -> dict:
@@ -176,20 +181,25 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
                 val_every: int = 2, seed: int = 0, trace_path=None, fingerprint: dict | None = None, proposer=None,
                 diagnosis_llm=None, init: str = "random", resume: str = "auto", max_resample: int = 50,
                 final_validate: int = 3, store=None, final_select: str = "validation", stagnation: int = 0,
-                structure_after: int = 0, prune_declarative: bool = False, swap_inert: bool = False) -> dict:
+                structure_after: int = 0, prune_declarative: bool = False, swap_inert: bool = False,
+                diagnose_scope: str = "round", drop_forms_ahead: bool = False) -> dict:
     if budget < 1 or k < 1 or val_every < 1 or final_validate < 1:
         raise ValueError("budget, k, val_every and final_validate must be >= 1")
     for name, value in (("stagnation", stagnation), ("structure_after", structure_after)):
         if value < 0:
             raise ValueError(f"{name} must be >= 0 (0: off), got {value}")
     check_final_select(final_select)  # an unknown rule fails before any evaluation
+    if diagnose_scope not in DIAGNOSE_SCOPES:
+        raise ValueError(f"diagnose_scope must be one of {DIAGNOSE_SCOPES}, got {diagnose_scope!r}")
     fp = {"method": "automem", "budget": budget, "k": k, "val_every": val_every, "seed": seed, "init": init,
           "search_tasks": [t.task_id for t in search_tasks], "val_tasks": [t.task_id for t in val_tasks],
           "proposer": getattr(proposer, "name", "rule"), "final_validate": final_validate,
           **({"stagnation": stagnation} if stagnation else {}),
           **({"structure_after": structure_after} if structure_after else {}),
           **({"prune_declarative": True} if prune_declarative else {}),
-          **({"swap_inert": True} if swap_inert else {}), **(fingerprint or {})}
+          **({"swap_inert": True} if swap_inert else {}),
+          **({"diagnose_scope": diagnose_scope} if diagnose_scope != "round" else {}),
+          **({"drop_forms_ahead": True} if drop_forms_ahead else {}), **(fingerprint or {})}
     rt = Runtime(evaluate, trace_path, fp, "automem", resume, store, diagnosed_batch="search")
     proposer = proposer or RuleProposer()
     rng = random.Random(seed)
@@ -287,8 +297,10 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
         if lead and (round_ % val_every == 0 or len(points) >= budget) \
                 and all(v["arch"] != lead_key for v in validations):
             validations.append(_validate(rt, lead_key, val_tasks, base_v, round_, lead))
+        if diagnose_scope == "leader" and lead_key in evs:  # the edits go to the leader: diagnose its failures
+            failures = [(lead_key, r) for r in evs[lead_key].results if not r.success]
         gradient = diagnose(failures, Arch.parse(lead_key) if lead_key else None, diagnosis_llm, baseline=base_ok,
-                            prune_declarative=prune_declarative)
+                            prune_declarative=prune_declarative, drop_forms_ahead=drop_forms_ahead)
         gradient["round"] = round_
         gradients.append(gradient)
         rt.save(state())

@@ -1,0 +1,113 @@
+"""``diagnose_scope="leader"`` and ``drop_forms_ahead`` (worlds_tight_cpu seed 0): the leader read a shortcut macro
+ahead of its workflow under the 60-word limit and did not act, while a losing round-1 candidate's declarative
+crowding filled the round's histogram; the round's diagnosis sent the search to ``-insight`` and the Store."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from routers.automem import Arch, TaskResult
+from routers.automem.diagnosis import EDITS, diagnose, forms_ahead
+from routers.automem.proposer import Proposal, RuleProposer
+from routers.automem.search import run_automem
+from routers.memagent.protocol import Task
+
+LEADER = Arch(("insight", "trajectory", "workflow", "shortcut"), "hybrid", "hybrid", "json_full")
+LOSER = Arch(("tip", "insight", "workflow"), "vector", "hybrid", "tool_manager")
+FOCUSED = LEADER.edit("encode", "-shortcut")
+
+
+def _unusable(task_id: str, kinds) -> TaskResult:
+    """The evidence injected with only its own task's units, read after ``kinds[0]`` and not acted on."""
+    return TaskResult(task_id, False, tokens=10, steps=9, failure={
+        "timeout": False, "evidence_seen": True, "evidence_in_pool": True, "evidence_retrieved": True,
+        "evidence_injected": True, "stale_injected": False, "source_units": 3, "evidence_followed": False,
+        "foreign_injected": 0, "kept_kinds": list(kinds), "memory": {"pool": 4, "retrieved": ["a"], "kept": ["a"]}})
+
+
+def _crowded(task_id: str) -> TaskResult:
+    """Tip / insight units of the evidence's own episodes took the injected text (``declarative_crowding``)."""
+    return TaskResult(task_id, False, tokens=10, steps=9, failure={
+        "timeout": False, "evidence_seen": True, "evidence_in_pool": True, "evidence_retrieved": True,
+        "crowded_by_declarative": True, "kept_kinds": ["tip", "insight"],
+        "memory": {"pool": 4, "retrieved": ["a"], "kept": ["a"]}})
+
+
+def test_forms_ahead_counts_lower_ranked_forms_read_before_the_best_one():
+    results = [_unusable("a", ["shortcut", "workflow", "trajectory"]), _unusable("b", ["shortcut", "workflow",
+                                                                                         "shortcut"]),
+               _unusable("c", ["trajectory", "shortcut", "workflow"]), _unusable("d", ["workflow", "shortcut"]),
+               _unusable("e", ["tip", "insight"]), _unusable("f", [])]
+    assert forms_ahead(results) == Counter({"shortcut": 3, "trajectory": 1})
+
+
+def test_drop_forms_ahead_puts_the_removals_first_in_the_unusable_form_edits():
+    fails = [(LEADER.key, _unusable("a", ["shortcut", "workflow"])),
+             (LEADER.key, _unusable("b", ["trajectory", "shortcut", "workflow"]))]
+    static = [list(e) for e in EDITS["unusable_form"]]
+    assert diagnose(fails, LEADER)["recommended_edit"]["edits"] == static
+    grad = diagnose(fails, LEADER, drop_forms_ahead=True)
+    assert grad["failure_mode"] == "unusable_form"
+    assert grad["recommended_edit"]["edits"] == [["encode", "-shortcut"], ["encode", "-trajectory"]] + static
+    # another mode's edits are untouched
+    crowd = [(LOSER.key, _crowded("c"))] * 2
+    assert diagnose(crowd, LOSER, drop_forms_ahead=True)["recommended_edit"]["edits"] == [
+        list(e) for e in EDITS["declarative_crowding"]]
+
+
+class FixedInit(RuleProposer):
+    def _init(self, ctx, k):
+        return [Proposal(LOSER, "init"), Proposal(LEADER, "init")]
+
+
+def _evaluate(arch, tasks):
+    """The leader solves 3 of 4 (its failure: shortcut read first), the loser 1 (three crowded), the leader without
+    the shortcut all 4, anything else 2."""
+    key = arch.key if arch is not None else None
+    solved = {None: 0, LEADER.key: 3, LOSER.key: 1, FOCUSED.key: 4}.get(key, 2)
+    fail = _crowded if key == LOSER.key else (lambda t: _unusable(t, ["shortcut", "workflow", "trajectory"]))
+    return [TaskResult(t.task_id, True, tokens=10, steps=3) if i < solved else fail(t.task_id)
+            for i, t in enumerate(tasks)]
+
+
+def test_the_leaders_diagnosis_drops_the_form_read_ahead_of_the_workflow():
+    S, V = [Task(f"s-{i}", "fetch") for i in range(4)], [Task(f"v-{i}", "fetch") for i in range(4)]
+    runs = {(scope, drop): run_automem(_evaluate, S, V, budget=4, k=2, seed=0, proposer=FixedInit(),
+                                       trace_path=None, diagnose_scope=scope, drop_forms_ahead=drop)
+            for scope in ("round", "leader") for drop in (False, True)}
+
+    def round2(t):
+        return [(p["origin"], p["edit"], p["arch"]) for p in t["evaluations"] if p["round"] == 2]
+
+    # the round's diagnosis: the loser's three crowded failures outvote the leader's one -> declarative_crowding
+    for drop in (False, True):
+        t = runs[("round", drop)]
+        assert t["gradients"][0]["failure_mode"] == "declarative_crowding"
+        assert round2(t) == [("gradient", ["encode", "-insight"], LEADER.edit("encode", "-insight").key),
+                             ("gradient", ["store", "json"], LEADER.edit("store", "json").key)]
+        assert t["best"]["arch"] == LEADER.key
+    # the leader's own failure is unusable_form; the static edits add forms it holds, so -insight comes first
+    assert round2(runs[("leader", False)])[0][1] == ["encode", "-insight"]
+    t = runs[("leader", True)]
+    assert t["gradients"][0]["failure_mode"] == "unusable_form" and t["gradients"][0]["n_failures"] == 1
+    assert round2(t)[0] == ("gradient", ["encode", "-shortcut"], FOCUSED.key)
+    assert t["best"]["arch"] == FOCUSED.key and t["best"]["validation_accuracy"] == 1.0
+
+
+def test_the_options_enter_the_fingerprint_only_when_on_and_a_bad_scope_is_refused(tmp_path):
+    import json
+
+    import pytest
+
+    from train.automem import AutomemTrainConfig
+
+    S, V = [Task(f"s-{i}", "fetch") for i in range(4)], [Task(f"v-{i}", "fetch") for i in range(4)]
+    for name, kw in (("off", {}), ("on", {"diagnose_scope": "leader", "drop_forms_ahead": True})):
+        run_automem(_evaluate, S, V, budget=2, k=2, seed=0, proposer=FixedInit(), trace_path=tmp_path / name, **kw)
+        fp = json.loads((tmp_path / name).read_text())["fingerprint"]
+        assert (fp.get("diagnose_scope"), fp.get("drop_forms_ahead")) == (
+            ("leader", True) if kw else (None, None))
+    with pytest.raises(ValueError, match="diagnose_scope"):
+        run_automem(_evaluate, S, V, budget=2, k=2, trace_path=None, diagnose_scope="everyone")
+    with pytest.raises(ValueError, match="diagnose_scope"):
+        AutomemTrainConfig(output_dir="x", diagnose_scope="everyone")
