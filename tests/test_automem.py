@@ -750,6 +750,11 @@ def test_evaluations_to_reach_random_searchs_best():
     assert r["seeds"]["0"] == {"random_final_best": 0.6, "automem": 2, "random": 3}
     assert r["seeds"]["1"]["automem"] is None and set(r["seeds"]) == {"0", "1", "2"}
     assert (r["fewer"], r["same"], r["more_or_never"]) == (1, 1, 1)
+    both = r["best_of_both"]  # seed 0: random never reaches AutoMem's 0.7; seed 1: AutoMem never reaches 0.6
+    assert both["seeds"]["0"] == {"best": 0.7, "automem": 2, "random": None}
+    assert both["seeds"]["1"] == {"best": 0.6, "automem": None, "random": 2}
+    assert both["seeds"]["2"] == {"best": 0.6, "automem": 2, "random": 2}
+    assert (both["fewer"], both["same"], both["more_or_never"]) == (1, 1, 1)
 
 
 def test_held_out_results_compare_the_methods_over_seeds(tmp_path, monkeypatch):
