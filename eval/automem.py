@@ -10,10 +10,11 @@ and writes into ``output_dir``: ``evaluations.jsonl`` (each distinct system's he
 once: a rerun or another seed's identical architecture replays it), ``results.json`` (per seed: accuracy, also
 per task family (``task_family``), gain over no memory, tokens, wall time, evaluations used; the mean / std over
 seeds; ``comparison``: AutoMem vs random search paired over seeds; ``reach_random_best``: evaluations to random
-search's final best, and to the better of the two final bests), ``heldout_by_family.png``, ``search_trace.json`` (per seed and method: every evaluated
-architecture, the ledger, the observation graph, gradients, validations), ``best_so_far.png`` (best search
-accuracy vs evaluations, AutoMem and random search, every seed) and ``memory_system.json`` (the best AutoMem
-architecture over seeds by validation accuracy, with its held-out metrics; ``routers.automem.load_system``).
+search's final best, and to the better of the two final bests), ``heldout_by_family.png``, ``search_trace.json``
+(per seed and method: every evaluated architecture, the ledger, the observation graph, gradients, validations),
+``best_so_far.png`` (best search accuracy vs evaluations, AutoMem and random search, every seed) and
+``memory_system.json`` (the best AutoMem architecture over seeds by validation accuracy, with its held-out metrics;
+``routers.automem.load_system``).
 ``--score_candidates N`` also plays the search's N best candidates held-out: does its objective predict held-out?
 (``candidates.json``, ``search_vs_heldout.png``; ``eval.automem_candidates``). ``--compare_final_select true``
 plays each trace's pick under every ``--final_select`` rule held-out: does the comparison survive the pick rule?
