@@ -1,6 +1,7 @@
-"""``diagnose_scope="leader"`` and ``drop_forms_ahead`` (worlds_tight_cpu seed 0): the leader read a shortcut macro
-ahead of its workflow under the 60-word limit and did not act, while a losing round-1 candidate's declarative
-crowding filled the round's histogram; the round's diagnosis sent the search to ``-insight`` and the Store."""
+"""``diagnose_scope="leader"``, ``drop_forms_ahead`` and ``validate_saturated`` (worlds_tight_cpu seed 0): the leader
+read a shortcut macro ahead of its workflow under the 60-word limit and did not act, while a losing round-1
+candidate's declarative crowding filled the round's histogram; the round's diagnosis sent the search to ``-insight``
+and the Store. Once the leader solved the whole search batch, nothing was left there to rank or diagnose."""
 
 from __future__ import annotations
 
@@ -102,12 +103,55 @@ def test_the_options_enter_the_fingerprint_only_when_on_and_a_bad_scope_is_refus
     from train.automem import AutomemTrainConfig
 
     S, V = [Task(f"s-{i}", "fetch") for i in range(4)], [Task(f"v-{i}", "fetch") for i in range(4)]
-    for name, kw in (("off", {}), ("on", {"diagnose_scope": "leader", "drop_forms_ahead": True})):
+    on = {"diagnose_scope": "leader", "drop_forms_ahead": True, "validate_saturated": True}
+    for name, kw in (("off", {}), ("on", on)):
         run_automem(_evaluate, S, V, budget=2, k=2, seed=0, proposer=FixedInit(), trace_path=tmp_path / name, **kw)
         fp = json.loads((tmp_path / name).read_text())["fingerprint"]
-        assert (fp.get("diagnose_scope"), fp.get("drop_forms_ahead")) == (
-            ("leader", True) if kw else (None, None))
+        assert {k: fp.get(k) for k in on} == (on if kw else dict.fromkeys(on))
     with pytest.raises(ValueError, match="diagnose_scope"):
         run_automem(_evaluate, S, V, budget=2, k=2, trace_path=None, diagnose_scope="everyone")
     with pytest.raises(ValueError, match="diagnose_scope"):
         AutomemTrainConfig(output_dir="x", diagnose_scope="everyone")
+
+
+SATURATED = Arch(("insight", "trajectory", "workflow"), "hybrid", "hybrid", "json_full")
+CARRIES = SATURATED.edit("encode", "-trajectory")
+
+
+class SaturatedInit(RuleProposer):
+    def _init(self, ctx, k):
+        return [Proposal(LOSER, "init"), Proposal(SATURATED, "init")]
+
+
+def _evaluate_saturated(arch, tasks):
+    """worlds_tight seed 0: the leader solves every search task but half the validation tasks, where it read a
+    trajectory unit ahead of the workflow; without the trajectory it solves them all; anything else 1 of 4."""
+    key = arch.key if arch is not None else None
+    val = tasks[0].task_id.startswith("v-")
+    solved = {None: 0, SATURATED.key: 2 if val else 4, CARRIES.key: 4}.get(key, 1)
+    return [TaskResult(t.task_id, True, tokens=10, steps=3) if i < solved
+            else _unusable(t.task_id, ["trajectory", "workflow"]) for i, t in enumerate(tasks)]
+
+
+def test_a_saturated_leader_is_diagnosed_and_ranked_on_validation():
+    S, V = [Task(f"s-{i}", "fetch") for i in range(4)], [Task(f"v-{i}", "fetch") for i in range(4)]
+    kw = dict(budget=4, k=2, seed=0, proposer=SaturatedInit(), trace_path=None, diagnose_scope="leader",
+              drop_forms_ahead=True, final_validate=1)
+    off = run_automem(_evaluate_saturated, S, V, **kw)
+    on = run_automem(_evaluate_saturated, S, V, validate_saturated=True, **kw)
+    # off: the leader has no search failure, so nothing is diagnosed and round 2 explores; the pick is the leader
+    assert off["gradients"][0]["n_failures"] == 0 and off["gradients"][0]["module"] is None
+    assert CARRIES.key not in [p["arch"] for p in off["evaluations"]]
+    assert off["best"]["arch"] == SATURATED.key and off["best"]["validation_accuracy"] == 0.5
+    # on: the saturated leader is validated in round 1, its two validation failures give -trajectory first
+    assert [(v["round"], v["arch"], v["accuracy"]) for v in on["validations"]] == [
+        (1, SATURATED.key, 0.5), (2, CARRIES.key, 1.0)]
+    g = on["gradients"][0]
+    assert (g["failure_mode"], g["n_failures"], sorted(g["evidence_ids"])) == ("unusable_form", 2, ["v-2", "v-3"])
+    assert [(p["round"], p["edit"], p["arch"]) for p in on["evaluations"]][2] == (
+        2, ["encode", "-trajectory"], CARRIES.key)
+    # both solve the search batch: validation settles the ledger entry and names the leader and the pick
+    entry = next(e for e in on["ledger"] if e["edit"] == ["encode", "-trajectory"])
+    assert entry["status"] == "active"
+    assert on["leader"] == CARRIES.key
+    assert on["best"]["arch"] == CARRIES.key and on["best"]["validation_accuracy"] == 1.0

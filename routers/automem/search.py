@@ -27,6 +27,10 @@ forms cannot replace one by the other. ``diagnose_scope="leader"`` (default ``ro
 the round) diagnoses only the leader's failures: the gradient's edits are applied to the leader, and a losing
 candidate's failures come from its own choices. ``drop_forms_ahead`` (off by default): an ``unusable_form`` gradient
 first removes the forms the agent read ahead of a higher-ranked one (``routers.automem.diagnosis.forms_ahead``).
+``validate_saturated`` (off by default): a batch a candidate solves entirely cannot rank it against another that does,
+nor name what to fix, so every candidate that solves the whole search batch is validated at once; among those the
+leader is the best on validation, a child's ledger entry is settled by validation against its parent's, and the
+diagnosis reads the leader's validation failures (extra validation evaluations, reported; off the search budget).
 At the end both methods validate their ``final_validate`` best candidates by search accuracy (then cost) and report the
 best on validation (``final_select``: or by pooled or search accuracy): a search-batch leader that does not carry over
 loses to a runner-up that does.
@@ -88,6 +92,18 @@ def _validate(rt: Runtime, arch_key: str, val_tasks, base_val: Evaluation, round
     return {"round": round_, "arch": arch_key, "accuracy": acc, "search_accuracy": point["accuracy"],
             "gain": None if acc is None else acc - (base_val.accuracy or 0.0), "tokens": ev.tokens,
             "failed": ev.failed}
+
+
+def _solved_all(ev: Evaluation | None) -> bool:
+    """Did the candidate solve every task of its batch (nothing left for the batch to rank or diagnose)?"""
+    return ev is not None and not ev.failed and bool(ev.results) and all(r.success for r in ev.results)
+
+
+def _saturated_leader(ok: list[dict], evs: dict, validations: list[dict]) -> dict | None:
+    """Among the candidates that solved the whole search batch, the best on validation (then ``leader``'s order)."""
+    val = {v["arch"]: v["accuracy"] for v in validations if v["accuracy"] is not None}
+    tied = [p for p in ok if _solved_all(evs.get(p["arch"])) and p["arch"] in val]
+    return max(tied, key=lambda p: (val[p["arch"]], p["gain"], -p["cost"], -p["index"]), default=None)
 
 
 def _validate_top(rt: Runtime, points: list[dict], m: int, validations: list[dict], val_tasks, base_val: Evaluation,
@@ -182,7 +198,8 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
                 diagnosis_llm=None, init: str = "random", resume: str = "auto", max_resample: int = 50,
                 final_validate: int = 3, store=None, final_select: str = "validation", stagnation: int = 0,
                 structure_after: int = 0, prune_declarative: bool = False, swap_inert: bool = False,
-                diagnose_scope: str = "round", drop_forms_ahead: bool = False) -> dict:
+                diagnose_scope: str = "round", drop_forms_ahead: bool = False,
+                validate_saturated: bool = False) -> dict:
     if budget < 1 or k < 1 or val_every < 1 or final_validate < 1:
         raise ValueError("budget, k, val_every and final_validate must be >= 1")
     for name, value in (("stagnation", stagnation), ("structure_after", structure_after)):
@@ -199,13 +216,16 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
           **({"prune_declarative": True} if prune_declarative else {}),
           **({"swap_inert": True} if swap_inert else {}),
           **({"diagnose_scope": diagnose_scope} if diagnose_scope != "round" else {}),
-          **({"drop_forms_ahead": True} if drop_forms_ahead else {}), **(fingerprint or {})}
-    rt = Runtime(evaluate, trace_path, fp, "automem", resume, store, diagnosed_batch="search")
+          **({"drop_forms_ahead": True} if drop_forms_ahead else {}),
+          **({"validate_saturated": True} if validate_saturated else {}), **(fingerprint or {})}
+    diagnosed = ("search", "validation") if validate_saturated else ("search",)
+    rt = Runtime(evaluate, trace_path, fp, "automem", resume, store, diagnosed_batches=diagnosed)
     proposer = proposer or RuleProposer()
     rng = random.Random(seed)
     base_s = rt.run(None, search_tasks, "search")
     base_v = rt.run(None, val_tasks, "validation")
     base_ok = {r.task_id: r.success for r in base_s.results}  # memory_misled: what the no-memory agent solved
+    base_v_ok = {r.task_id: r.success for r in base_v.results}
     ledger, graph = Ledger(), ObservationGraph()
     points: list[dict] = []
     validations, gradients, rejected = [], [], []
@@ -226,7 +246,7 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
         round_ += 1
         ok = [p for p in points if not p["failed"]]
         front = pareto_front(ok)
-        lead = leader(front)
+        lead = (validate_saturated and _saturated_leader(ok, evs, validations)) or leader(front)
         ctx = SearchContext(round=round_, rng=rng, leader=Arch.parse(lead["arch"]) if lead else None,
                             front=[{k2: p[k2] for k2 in ("arch", "accuracy", "gain", "cost")} for p in front],
                             ledger=ledger, graph=graph, gradient=gradient,
@@ -267,15 +287,20 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
                                           "kinds": _kinds(ev)}
             evs[p["arch"]] = ev
             points.append(p)
+            if validate_saturated and _solved_all(ev) and all(v["arch"] != p["arch"] for v in validations):
+                validations.append(_validate(rt, p["arch"], val_tasks, base_v, round_, p))
             if not ev.failed:
                 gains, accs = _gains(ev, base_s)
                 graph.update(prop.arch.choices(), gains, accs)
                 failures += [(ev.arch, r) for r in ev.results if not r.success]
             parent = next((q for q in points if q["arch"] == prop.parent), None)
             if prop.entry_id and parent is not None:
-                improved = p["accuracy"] is not None and parent["accuracy"] is not None and (
-                    p["accuracy"] > parent["accuracy"] or (p["accuracy"] == parent["accuracy"]
-                                                           and p["cost"] < parent["cost"]))
+                acc = {"child": p["accuracy"], "parent": parent["accuracy"]}
+                if validate_saturated and _solved_all(ev) and _solved_all(evs.get(parent["arch"])):
+                    val = {v["arch"]: v["accuracy"] for v in validations}
+                    acc = {"child": val.get(p["arch"]), "parent": val.get(parent["arch"])}
+                improved = acc["child"] is not None and acc["parent"] is not None and (
+                    acc["child"] > acc["parent"] or (acc["child"] == acc["parent"] and p["cost"] < parent["cost"]))
                 ledger.validate(prop.entry_id, improved,
                                 {"round": round_, "arch": p["arch"], "parent": parent["arch"],
                                  "accuracy": p["accuracy"], "parent_accuracy": parent["accuracy"]},
@@ -291,7 +316,7 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
         round_best = max((p["accuracy"] for p in ok), default=None)
         better = round_best is not None and (best_acc is None or round_best > best_acc + 1e-9)
         best_acc, stale = (round_best, 0) if better else (best_acc, stale + 1)
-        lead = leader(pareto_front(ok))
+        lead = (validate_saturated and _saturated_leader(ok, evs, validations)) or leader(pareto_front(ok))
         held = held + 1 if lead and lead_key and _structure(lead["arch"]) == _structure(lead_key) else int(bool(lead))
         lead_key = lead["arch"] if lead else None
         if lead and (round_ % val_every == 0 or len(points) >= budget) \
@@ -299,7 +324,11 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
             validations.append(_validate(rt, lead_key, val_tasks, base_v, round_, lead))
         if diagnose_scope == "leader" and lead_key in evs:  # the edits go to the leader: diagnose its failures
             failures = [(lead_key, r) for r in evs[lead_key].results if not r.success]
-        gradient = diagnose(failures, Arch.parse(lead_key) if lead_key else None, diagnosis_llm, baseline=base_ok,
+        baseline = base_ok
+        if validate_saturated and lead_key and _solved_all(evs.get(lead_key)):  # nothing left on the search batch
+            val_ev = rt.run(Arch.parse(lead_key), val_tasks, "validation")  # validated already: replayed
+            failures, baseline = [(lead_key, r) for r in val_ev.results if not r.success], base_v_ok
+        gradient = diagnose(failures, Arch.parse(lead_key) if lead_key else None, diagnosis_llm, baseline=baseline,
                             prune_declarative=prune_declarative, drop_forms_ahead=drop_forms_ahead)
         gradient["round"] = round_
         gradients.append(gradient)

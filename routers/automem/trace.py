@@ -98,10 +98,10 @@ class Runtime:
     process played after its last round was saved."""
 
     def __init__(self, evaluate: EvaluateFn, trace_path=None, fingerprint: dict | None = None, method: str = "automem",
-                 resume: str = "auto", store: EvaluationStore | None = None, diagnosed_batch: str | None = None):
+                 resume: str = "auto", store: EvaluationStore | None = None, diagnosed_batches: Sequence[str] = ()):
         self.evaluate = evaluate
         self.store = store
-        self.diagnosed_batch = diagnosed_batch  # its memory evaluations need the current record's failure fields
+        self.diagnosed_batches = tuple(diagnosed_batches)  # their memory evaluations need the current failure fields
         self.path = Path(trace_path) if trace_path else None
         self.fingerprint = fingerprint or {}
         self.method = method
@@ -142,7 +142,7 @@ class Runtime:
         rec = self.cache.get(key)
         fresh = rec is None
         if fresh:
-            need = RECORD_VERSION if arch is not None and batch == self.diagnosed_batch else 1
+            need = RECORD_VERSION if arch is not None and batch in self.diagnosed_batches else 1
             ev = self.store.get(arch, tasks, need) if self.store is not None else None
             source = "played" if ev is None else "store"
             if ev is None:
