@@ -153,5 +153,7 @@ def test_a_saturated_leader_is_diagnosed_and_ranked_on_validation():
     # both solve the search batch: validation settles the ledger entry and names the leader and the pick
     entry = next(e for e in on["ledger"] if e["edit"] == ["encode", "-trajectory"])
     assert entry["status"] == "active"
+    assert [(e["validation_accuracy"], e["parent_validation_accuracy"]) for e in entry["evidence"]
+            if "validation_accuracy" in e] == [(1.0, 0.5)]
     assert on["leader"] == CARRIES.key
     assert on["best"]["arch"] == CARRIES.key and on["best"]["validation_accuracy"] == 1.0

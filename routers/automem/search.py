@@ -296,14 +296,17 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
             parent = next((q for q in points if q["arch"] == prop.parent), None)
             if prop.entry_id and parent is not None:
                 acc = {"child": p["accuracy"], "parent": parent["accuracy"]}
-                if validate_saturated and _solved_all(ev) and _solved_all(evs.get(parent["arch"])):
+                on_val = validate_saturated and _solved_all(ev) and _solved_all(evs.get(parent["arch"]))
+                if on_val:  # both solve the search batch: only validation tells them apart
                     val = {v["arch"]: v["accuracy"] for v in validations}
                     acc = {"child": val.get(p["arch"]), "parent": val.get(parent["arch"])}
                 improved = acc["child"] is not None and acc["parent"] is not None and (
                     acc["child"] > acc["parent"] or (acc["child"] == acc["parent"] and p["cost"] < parent["cost"]))
                 ledger.validate(prop.entry_id, improved,
                                 {"round": round_, "arch": p["arch"], "parent": parent["arch"],
-                                 "accuracy": p["accuracy"], "parent_accuracy": parent["accuracy"]},
+                                 "accuracy": p["accuracy"], "parent_accuracy": parent["accuracy"],
+                                 **({"validation_accuracy": acc["child"], "parent_validation_accuracy": acc["parent"]}
+                                    if on_val else {})},
                                 inert=no_change and not improved)
             rt.save(state())
         for module in MODULES:  # dead ends: choices that keep losing to no memory
