@@ -86,8 +86,12 @@ def _gains(ev: Evaluation, base: Evaluation) -> tuple[dict, dict]:
     return {p: a - b.get(p, 0.0) for p, a in accs.items()}, accs
 
 
-def _validate(rt: Runtime, arch_key: str, val_tasks, base_val: Evaluation, round_: int, point: dict) -> dict:
+def _validate(rt: Runtime, arch_key: str, val_tasks, base_val: Evaluation, round_: int, point: dict,
+              seen: dict | None = None) -> dict:
+    """The validation record of ``arch_key`` (``seen``: where to keep its evaluation for the diagnosis)."""
     ev = rt.run(Arch.parse(arch_key), val_tasks, "validation")
+    if seen is not None:
+        seen[arch_key] = ev
     acc = ev.accuracy
     return {"round": round_, "arch": arch_key, "accuracy": acc, "search_accuracy": point["accuracy"],
             "gain": None if acc is None else acc - (base_val.accuracy or 0.0), "tokens": ev.tokens,
@@ -99,9 +103,14 @@ def _solved_all(ev: Evaluation | None) -> bool:
     return ev is not None and not ev.failed and bool(ev.results) and all(r.success for r in ev.results)
 
 
+def _val_accuracy(validations: list[dict]) -> dict:
+    """Validation accuracy by architecture key (those that were scored)."""
+    return {v["arch"]: v["accuracy"] for v in validations if v["accuracy"] is not None}
+
+
 def _saturated_leader(ok: list[dict], evs: dict, validations: list[dict]) -> dict | None:
     """Among the candidates that solved the whole search batch, the best on validation (then ``leader``'s order)."""
-    val = {v["arch"]: v["accuracy"] for v in validations if v["accuracy"] is not None}
+    val = _val_accuracy(validations)
     tied = [p for p in ok if _solved_all(evs.get(p["arch"])) and p["arch"] in val]
     return max(tied, key=lambda p: (val[p["arch"]], p["gain"], -p["cost"], -p["index"]), default=None)
 
@@ -234,6 +243,7 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
     held = 0  # rounds the leader's Store | Retrieve | Manage has stayed the same
     evs: dict[str, Evaluation] = {}  # search-batch evaluations by architecture key (a child's parent)
     inert_edits: dict[str, dict] = {}  # swap_inert: candidates that changed nothing the agent did
+    val_evs: dict[str, Evaluation] = {}  # validate_saturated: validation evaluations by key, for the diagnosis
 
     def state() -> dict:
         return _summary(rt, points, base_s, base_v, {
@@ -288,7 +298,7 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
             evs[p["arch"]] = ev
             points.append(p)
             if validate_saturated and _solved_all(ev) and all(v["arch"] != p["arch"] for v in validations):
-                validations.append(_validate(rt, p["arch"], val_tasks, base_v, round_, p))
+                validations.append(_validate(rt, p["arch"], val_tasks, base_v, round_, p, val_evs))
             if not ev.failed:
                 gains, accs = _gains(ev, base_s)
                 graph.update(prop.arch.choices(), gains, accs)
@@ -298,7 +308,7 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
                 acc = {"child": p["accuracy"], "parent": parent["accuracy"]}
                 on_val = validate_saturated and _solved_all(ev) and _solved_all(evs.get(parent["arch"]))
                 if on_val:  # both solve the search batch: only validation tells them apart
-                    val = {v["arch"]: v["accuracy"] for v in validations}
+                    val = _val_accuracy(validations)
                     acc = {"child": val.get(p["arch"]), "parent": val.get(parent["arch"])}
                 improved = acc["child"] is not None and acc["parent"] is not None and (
                     acc["child"] > acc["parent"] or (acc["child"] == acc["parent"] and p["cost"] < parent["cost"]))
@@ -324,13 +334,13 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
         lead_key = lead["arch"] if lead else None
         if lead and (round_ % val_every == 0 or len(points) >= budget) \
                 and all(v["arch"] != lead_key for v in validations):
-            validations.append(_validate(rt, lead_key, val_tasks, base_v, round_, lead))
+            validations.append(_validate(rt, lead_key, val_tasks, base_v, round_, lead, val_evs))
         if diagnose_scope == "leader" and lead_key in evs:  # the edits go to the leader: diagnose its failures
             failures = [(lead_key, r) for r in evs[lead_key].results if not r.success]
         baseline = base_ok
         if validate_saturated and lead_key and _solved_all(evs.get(lead_key)):  # nothing left on the search batch
-            val_ev = rt.run(Arch.parse(lead_key), val_tasks, "validation")  # validated already: replayed
-            failures, baseline = [(lead_key, r) for r in val_ev.results if not r.success], base_v_ok
+            failures = [(lead_key, r) for r in val_evs[lead_key].results if not r.success]  # validated on arrival
+            baseline = base_v_ok
         gradient = diagnose(failures, Arch.parse(lead_key) if lead_key else None, diagnosis_llm, baseline=baseline,
                             prune_declarative=prune_declarative, drop_forms_ahead=drop_forms_ahead)
         gradient["round"] = round_
