@@ -1,4 +1,4 @@
-"""``diagnose_scope="leader"``, ``drop_forms_ahead`` and ``validate_saturated`` (worlds_tight_cpu seed 0): the leader
+"""``diagnose_scope="leader"``, ``drop_forms_ahead``, ``validate_saturated`` and ``drop_noise_ahead`` (worlds_tight_cpu seed 0): the leader
 read a shortcut macro ahead of its workflow under the 60-word limit and did not act, while a losing round-1
 candidate's declarative crowding filled the round's histogram; the round's diagnosis sent the search to ``-insight``
 and the Store. Once the leader solved the whole search batch, nothing was left there to rank or diagnose."""
@@ -16,6 +16,8 @@ from routers.memagent.protocol import Task
 LEADER = Arch(("insight", "trajectory", "workflow", "shortcut"), "hybrid", "hybrid", "json_full")
 LOSER = Arch(("tip", "insight", "workflow"), "vector", "hybrid", "tool_manager")
 FOCUSED = LEADER.edit("encode", "-shortcut")
+SATURATED = Arch(("insight", "trajectory", "workflow"), "hybrid", "hybrid", "json_full")
+CARRIES = SATURATED.edit("encode", "-trajectory")
 
 
 def _unusable(task_id: str, kinds) -> TaskResult:
@@ -32,6 +34,16 @@ def _crowded(task_id: str) -> TaskResult:
         "timeout": False, "evidence_seen": True, "evidence_in_pool": True, "evidence_retrieved": True,
         "crowded_by_declarative": True, "kept_kinds": ["tip", "insight"],
         "memory": {"pool": 4, "retrieved": ["a"], "kept": ["a"]}})
+
+
+def _truncated(task_id: str, kinds) -> TaskResult:
+    """The evidence retrieved but cut by the word limit behind ``kinds`` (``retrieval_noise``, worlds_tight seed 0's
+    validation: the trajectory of the evidence's own episode kept ahead of the workflow that holds it)."""
+    return TaskResult(task_id, False, tokens=10, steps=9, failure={
+        "timeout": False, "evidence_seen": True, "evidence_in_pool": True, "evidence_retrieved": True,
+        "evidence_injected": False, "stale_injected": False, "source_units": 3, "evidence_followed": False,
+        "foreign_injected": 0, "kept_kinds": list(kinds), "memory": {"pool": 4, "retrieved": ["a", "b"],
+                                                                     "kept": ["a"]}})
 
 
 def test_forms_ahead_counts_lower_ranked_forms_read_before_the_best_one():
@@ -54,6 +66,21 @@ def test_drop_forms_ahead_puts_the_removals_first_in_the_unusable_form_edits():
     crowd = [(LOSER.key, _crowded("c"))] * 2
     assert diagnose(crowd, LOSER, drop_forms_ahead=True)["recommended_edit"]["edits"] == [
         list(e) for e in EDITS["declarative_crowding"]]
+
+
+def test_drop_noise_ahead_puts_the_removals_first_in_the_retrieval_noise_edits():
+    fails = [(SATURATED.key, _truncated("a", ["trajectory", "workflow"])),
+             (SATURATED.key, _truncated("b", ["trajectory", "workflow", "insight"]))]
+    static = [list(e) for e in EDITS["retrieval_noise"]]
+    assert ["encode", "-trajectory"] not in static   # the static list never removes the trajectory
+    for kw in ({}, {"drop_forms_ahead": True}):      # nor does the unusable_form option
+        grad = diagnose(fails, SATURATED, **kw)
+        assert grad["failure_mode"] == "retrieval_noise" and grad["recommended_edit"]["edits"] == static
+    grad = diagnose(fails, SATURATED, drop_noise_ahead=True)
+    assert grad["recommended_edit"]["edits"] == [["encode", "-trajectory"]] + static
+    # an unusable_form gradient is untouched by it
+    assert diagnose([(LEADER.key, _unusable("c", ["shortcut", "workflow"]))], LEADER, drop_noise_ahead=True)[
+        "recommended_edit"]["edits"] == [list(e) for e in EDITS["unusable_form"]]
 
 
 class FixedInit(RuleProposer):
@@ -103,7 +130,7 @@ def test_the_options_enter_the_fingerprint_only_when_on_and_a_bad_scope_is_refus
     from train.automem import AutomemTrainConfig
 
     S, V = [Task(f"s-{i}", "fetch") for i in range(4)], [Task(f"v-{i}", "fetch") for i in range(4)]
-    on = {"diagnose_scope": "leader", "drop_forms_ahead": True, "validate_saturated": True}
+    on = {"diagnose_scope": "leader", "drop_forms_ahead": True, "validate_saturated": True, "drop_noise_ahead": True}
     for name, kw in (("off", {}), ("on", on)):
         run_automem(_evaluate, S, V, budget=2, k=2, seed=0, proposer=FixedInit(), trace_path=tmp_path / name, **kw)
         fp = json.loads((tmp_path / name).read_text())["fingerprint"]
@@ -114,8 +141,6 @@ def test_the_options_enter_the_fingerprint_only_when_on_and_a_bad_scope_is_refus
         AutomemTrainConfig(output_dir="x", diagnose_scope="everyone")
 
 
-SATURATED = Arch(("insight", "trajectory", "workflow"), "hybrid", "hybrid", "json_full")
-CARRIES = SATURATED.edit("encode", "-trajectory")
 
 
 class SaturatedInit(RuleProposer):
@@ -123,14 +148,19 @@ class SaturatedInit(RuleProposer):
         return [Proposal(LOSER, "init"), Proposal(SATURATED, "init")]
 
 
-def _evaluate_saturated(arch, tasks):
+def _evaluate_saturated(arch, tasks, fail=_unusable):
     """worlds_tight seed 0: the leader solves every search task but half the validation tasks, where it read a
     trajectory unit ahead of the workflow; without the trajectory it solves them all; anything else 1 of 4."""
     key = arch.key if arch is not None else None
     val = tasks[0].task_id.startswith("v-")
     solved = {None: 0, SATURATED.key: 2 if val else 4, CARRIES.key: 4}.get(key, 1)
     return [TaskResult(t.task_id, True, tokens=10, steps=3) if i < solved
-            else _unusable(t.task_id, ["trajectory", "workflow"]) for i, t in enumerate(tasks)]
+            else fail(t.task_id, ["trajectory", "workflow"]) for i, t in enumerate(tasks)]
+
+
+def _evaluate_truncated(arch, tasks):
+    """As ``_evaluate_saturated``, the evidence cut by the word limit behind the trajectory (``retrieval_noise``)."""
+    return _evaluate_saturated(arch, tasks, fail=_truncated)
 
 
 def test_a_saturated_leader_is_diagnosed_and_ranked_on_validation():
@@ -155,5 +185,25 @@ def test_a_saturated_leader_is_diagnosed_and_ranked_on_validation():
     assert entry["status"] == "active"
     assert [(e["validation_accuracy"], e["parent_validation_accuracy"]) for e in entry["evidence"]
             if "validation_accuracy" in e] == [(1.0, 0.5)]
+    assert on["leader"] == CARRIES.key
+    assert on["best"]["arch"] == CARRIES.key and on["best"]["validation_accuracy"] == 1.0
+
+
+def test_a_saturated_leaders_truncated_evidence_drops_the_trajectory_ahead():
+    """worlds_tight seed 0 as measured: the validation failures are retrieval_noise (the workflow cut behind the
+    trajectory), whose static edits (mmr, cbr_rerank, encoder removals but the trajectory's) never reach the fix."""
+    S, V = [Task(f"s-{i}", "fetch") for i in range(4)], [Task(f"v-{i}", "fetch") for i in range(4)]
+    kw = dict(budget=4, k=2, seed=0, proposer=SaturatedInit(), trace_path=None, diagnose_scope="leader",
+              drop_forms_ahead=True, validate_saturated=True, final_validate=1)
+    off = run_automem(_evaluate_truncated, S, V, **kw)
+    on = run_automem(_evaluate_truncated, S, V, drop_noise_ahead=True, **kw)
+    for t in (off, on):
+        assert (t["gradients"][0]["failure_mode"], t["gradients"][0]["n_failures"]) == ("retrieval_noise", 2)
+    assert CARRIES.key not in [p["arch"] for p in off["evaluations"]]
+    assert [p["edit"] for p in off["evaluations"] if p["round"] == 2] == [["retrieve", "mmr"],
+                                                                        ["retrieve", "cbr_rerank"]]
+    assert off["best"]["arch"] == SATURATED.key and off["best"]["validation_accuracy"] == 0.5
+    assert [(p["round"], p["edit"], p["arch"]) for p in on["evaluations"]][2] == (
+        2, ["encode", "-trajectory"], CARRIES.key)
     assert on["leader"] == CARRIES.key
     assert on["best"]["arch"] == CARRIES.key and on["best"]["validation_accuracy"] == 1.0

@@ -76,6 +76,9 @@ class AutomemTrainConfig(RolloutConfig):
         "help": "AutoMem: validate every candidate that solves the whole search batch at once; among those the "
                 "leader is the best on validation, and the diagnosis reads the leader's validation failures (a "
                 "solved batch ranks and diagnoses nothing); extra validation evaluations, off the search budget"})
+    drop_noise_ahead: bool = field(default=False, metadata={
+        "help": "AutoMem: when the diagnosis reads retrieval_noise, first remove the unit forms kept ahead of a form "
+                "the diagnosis ranks higher (a trajectory that filled the word limit before the workflow)"})
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     init: str = field(default="random", metadata={"help": "round-1 candidates: random (as random search) | known "
                                                          "(human-designed systems as tuples)"})
@@ -231,7 +234,8 @@ def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
                             final_select=cfg.final_select, stagnation=cfg.stagnation,
                             structure_after=cfg.structure_after, prune_declarative=cfg.prune_declarative,
                             swap_inert=cfg.swap_inert, diagnose_scope=cfg.diagnose_scope,
-                            drop_forms_ahead=cfg.drop_forms_ahead, validate_saturated=cfg.validate_saturated)
+                            drop_forms_ahead=cfg.drop_forms_ahead, validate_saturated=cfg.validate_saturated,
+                            drop_noise_ahead=cfg.drop_noise_ahead)
             row = {"automem": _brief(a)}
             if cfg.random_baseline:
                 r = run_random(evaluator, search, val, budget=cfg.budget, seed=seed,

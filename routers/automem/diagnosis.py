@@ -40,7 +40,10 @@ procedural form beside ``tip`` / ``insight``: the agent had that form in context
 procedural unit beside the same declarative ones is the weaker edit (the budget's K slots rarely reach the fourth).
 ``drop_forms_ahead=True`` (off by default) reads the order the forms were kept in: when the agent read a lower-ranked
 form (a ``shortcut`` macro, a ``trajectory``) ahead of the ``workflow`` and did not act, the edit removes the forms
-ahead first (``forms_ahead``); adding a form the leader already holds is no edit at all.
+ahead first (``forms_ahead``); adding a form the leader already holds is no edit at all. ``drop_noise_ahead=True``
+(off by default) reads the same order in ``retrieval_noise`` failures: a trajectory of the evidence's own episodes kept
+ahead of the workflow fills the word limit and cuts the unit holding the evidence, so removing the form ahead comes
+before a Retrieve edit (the mode's list names every encoder but ``trajectory`` and never reads the order).
 """
 
 from __future__ import annotations
@@ -157,8 +160,9 @@ def recommended_edits(mode: str, arch: Arch | None = None, prune_declarative: bo
 
 
 def forms_ahead(results: Sequence[TaskResult]) -> Counter:
-    """Forms kept ahead of a form ``FORM_ORDER`` ranks higher, counted over ``unusable_form`` failures: the agent
-    read a shortcut macro or a trajectory first and the workflow after it (or not at all, under the word limit)."""
+    """Forms kept ahead of a form ``FORM_ORDER`` ranks higher, counted over failures of one mode (``unusable_form``,
+    ``retrieval_noise``): the agent read a shortcut macro or a trajectory first and the workflow after it (or not at
+    all, under the word limit)."""
     ahead: Counter = Counter()
     for r in results:
         kinds = [k for k in (r.failure or {}).get("kept_kinds") or [] if k in FORM_ORDER]
@@ -170,16 +174,17 @@ def forms_ahead(results: Sequence[TaskResult]) -> Counter:
 
 def diagnose(failures: Sequence[tuple[str, TaskResult]], arch: Arch | None = None, llm=None,
              max_llm_traces: int = 4, baseline: Mapping[str, bool] | None = None,
-             prune_declarative: bool = False, drop_forms_ahead: bool = False) -> dict:
+             prune_declarative: bool = False, drop_forms_ahead: bool = False, drop_noise_ahead: bool = False) -> dict:
     """The round's textual gradient from ``(arch_key, result)`` pairs of failed tasks (``baseline``: the no-memory
     agent's success per task id, for ``memory_misled``; ``prune_declarative``: ``recommended_edits``;
     ``drop_forms_ahead``: an ``unusable_form`` gradient first removes the forms ``forms_ahead`` counts, most often
-    ahead first). Returns ``{module, letter, failure_mode, evidence_ids, confidence, recommended_edit, histogram,
+    ahead first; ``drop_noise_ahead``: a ``retrieval_noise`` gradient likewise). Returns ``{module, letter,
+    failure_mode, evidence_ids, confidence, recommended_edit, histogram,
     modes, out_of_scope, n_failures, cross_source_agreement}`` (module None when nothing is in scope)."""
     modes: Counter = Counter()
     oos: Counter = Counter()
     per_mode_ids: dict[str, list[str]] = {}
-    unusable: list[TaskResult] = []
+    by_mode: dict[str, list[TaskResult]] = {}
     for arch_key, r in failures:
         if r.success:
             continue
@@ -192,7 +197,7 @@ def diagnose(failures: Sequence[tuple[str, TaskResult]], arch: Arch | None = Non
             else:
                 modes[mode] += 1
                 per_mode_ids.setdefault(mode, []).append(r.task_id)
-                unusable += [r] if mode == "unusable_form" else []
+                by_mode.setdefault(mode, []).append(r)
                 continue
         oos[why] += 1
     hist = Counter()
@@ -212,8 +217,8 @@ def diagnose(failures: Sequence[tuple[str, TaskResult]], arch: Arch | None = Non
     mode = max((m for m in modes if FAILURE_MODULE[m] == module), key=lambda m: (modes[m], -order.index(m)))
     share = hist[MODULE_LETTER[module]] / total
     edits = recommended_edits(mode, arch, prune_declarative)
-    if drop_forms_ahead and mode == "unusable_form":
-        ahead = [["encode", f"-{k}"] for k, _ in forms_ahead(unusable).most_common()]
+    if drop_forms_ahead and mode == "unusable_form" or drop_noise_ahead and mode == "retrieval_noise":
+        ahead = [["encode", f"-{k}"] for k, _ in forms_ahead(by_mode[mode]).most_common()]
         edits = ahead + [e for e in edits if e not in ahead]
     grad.update(module=module, letter=MODULE_LETTER[module], failure_mode=mode,
                 evidence_ids=sorted(set(per_mode_ids[mode]))[:5],

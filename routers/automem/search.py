@@ -26,7 +26,8 @@ diagnosis ranks below it, as a swap and a focus (the proposer's ``swaps``): one-
 forms cannot replace one by the other. ``diagnose_scope="leader"`` (default ``round``, the paper's: every failure of
 the round) diagnoses only the leader's failures: the gradient's edits are applied to the leader, and a losing
 candidate's failures come from its own choices. ``drop_forms_ahead`` (off by default): an ``unusable_form`` gradient
-first removes the forms the agent read ahead of a higher-ranked one (``routers.automem.diagnosis.forms_ahead``).
+first removes the forms the agent read ahead of a higher-ranked one (``routers.automem.diagnosis.forms_ahead``);
+``drop_noise_ahead`` (off by default): a ``retrieval_noise`` gradient too (a trajectory ahead of the workflow).
 ``validate_saturated`` (off by default): a batch a candidate solves entirely cannot rank it against another that does,
 nor name what to fix, so every candidate that solves the whole search batch is validated at once; among those the
 leader is the best on validation, a child's ledger entry is settled by validation against its parent's, and the
@@ -208,7 +209,7 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
                 final_validate: int = 3, store=None, final_select: str = "validation", stagnation: int = 0,
                 structure_after: int = 0, prune_declarative: bool = False, swap_inert: bool = False,
                 diagnose_scope: str = "round", drop_forms_ahead: bool = False,
-                validate_saturated: bool = False) -> dict:
+                validate_saturated: bool = False, drop_noise_ahead: bool = False) -> dict:
     if budget < 1 or k < 1 or val_every < 1 or final_validate < 1:
         raise ValueError("budget, k, val_every and final_validate must be >= 1")
     for name, value in (("stagnation", stagnation), ("structure_after", structure_after)):
@@ -226,7 +227,8 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
           **({"swap_inert": True} if swap_inert else {}),
           **({"diagnose_scope": diagnose_scope} if diagnose_scope != "round" else {}),
           **({"drop_forms_ahead": True} if drop_forms_ahead else {}),
-          **({"validate_saturated": True} if validate_saturated else {}), **(fingerprint or {})}
+          **({"validate_saturated": True} if validate_saturated else {}),
+          **({"drop_noise_ahead": True} if drop_noise_ahead else {}), **(fingerprint or {})}
     diagnosed = ("search", "validation") if validate_saturated else ("search",)
     rt = Runtime(evaluate, trace_path, fp, "automem", resume, store, diagnosed_batches=diagnosed)
     proposer = proposer or RuleProposer()
@@ -342,7 +344,8 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
             failures = [(lead_key, r) for r in val_evs[lead_key].results if not r.success]  # validated on arrival
             baseline = base_v_ok
         gradient = diagnose(failures, Arch.parse(lead_key) if lead_key else None, diagnosis_llm, baseline=baseline,
-                            prune_declarative=prune_declarative, drop_forms_ahead=drop_forms_ahead)
+                            prune_declarative=prune_declarative, drop_forms_ahead=drop_forms_ahead,
+                            drop_noise_ahead=drop_noise_ahead)
         gradient["round"] = round_
         gradients.append(gradient)
         rt.save(state())
