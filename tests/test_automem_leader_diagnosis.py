@@ -1,7 +1,8 @@
-"""``diagnose_scope="leader"``, ``drop_forms_ahead``, ``validate_saturated`` and ``drop_noise_ahead`` (worlds_tight_cpu seed 0): the leader
-read a shortcut macro ahead of its workflow under the 60-word limit and did not act, while a losing round-1
-candidate's declarative crowding filled the round's histogram; the round's diagnosis sent the search to ``-insight``
-and the Store. Once the leader solved the whole search batch, nothing was left there to rank or diagnose."""
+"""``diagnose_scope="leader"``, ``drop_forms_ahead``, ``validate_saturated`` and ``drop_noise_ahead``
+(worlds_tight_cpu seed 0): the leader read a shortcut macro ahead of its workflow under the 60-word limit and did not
+act, while a losing round-1 candidate's declarative crowding filled the round's histogram; the round's diagnosis sent
+the search to ``-insight`` and the Store. Once the leader solved the whole search batch, nothing was left there to
+rank or diagnose, and its validation failures cut the workflow behind a trajectory unit."""
 
 from __future__ import annotations
 

@@ -179,8 +179,8 @@ def diagnose(failures: Sequence[tuple[str, TaskResult]], arch: Arch | None = Non
     agent's success per task id, for ``memory_misled``; ``prune_declarative``: ``recommended_edits``;
     ``drop_forms_ahead``: an ``unusable_form`` gradient first removes the forms ``forms_ahead`` counts, most often
     ahead first; ``drop_noise_ahead``: a ``retrieval_noise`` gradient likewise). Returns ``{module, letter,
-    failure_mode, evidence_ids, confidence, recommended_edit, histogram,
-    modes, out_of_scope, n_failures, cross_source_agreement}`` (module None when nothing is in scope)."""
+    failure_mode, evidence_ids, confidence, recommended_edit, histogram, modes, out_of_scope, n_failures,
+    cross_source_agreement}`` (module None when nothing is in scope)."""
     modes: Counter = Counter()
     oos: Counter = Counter()
     per_mode_ids: dict[str, list[str]] = {}
