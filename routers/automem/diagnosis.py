@@ -181,10 +181,8 @@ def diagnose(failures: Sequence[tuple[str, TaskResult]], arch: Arch | None = Non
     ahead first; ``drop_noise_ahead``: a ``retrieval_noise`` gradient likewise). Returns ``{module, letter,
     failure_mode, evidence_ids, confidence, recommended_edit, histogram, modes, out_of_scope, n_failures,
     cross_source_agreement}`` (module None when nothing is in scope)."""
-    modes: Counter = Counter()
     oos: Counter = Counter()
-    per_mode_ids: dict[str, list[str]] = {}
-    by_mode: dict[str, list[TaskResult]] = {}
+    by_mode: dict[str, list[TaskResult]] = {}  # in-scope failures by mode
     for arch_key, r in failures:
         if r.success:
             continue
@@ -195,11 +193,10 @@ def diagnose(failures: Sequence[tuple[str, TaskResult]], arch: Arch | None = Non
             if mode == "unattributed":
                 why = mode
             else:
-                modes[mode] += 1
-                per_mode_ids.setdefault(mode, []).append(r.task_id)
                 by_mode.setdefault(mode, []).append(r)
                 continue
         oos[why] += 1
+    modes = Counter({mode: len(rs) for mode, rs in by_mode.items()})
     hist = Counter()
     for mode, n in modes.items():
         hist[MODULE_LETTER[FAILURE_MODULE[mode]]] += n
@@ -221,7 +218,7 @@ def diagnose(failures: Sequence[tuple[str, TaskResult]], arch: Arch | None = Non
         ahead = [["encode", f"-{k}"] for k, _ in forms_ahead(by_mode[mode]).most_common()]
         edits = ahead + [e for e in edits if e not in ahead]
     grad.update(module=module, letter=MODULE_LETTER[module], failure_mode=mode,
-                evidence_ids=sorted(set(per_mode_ids[mode]))[:5],
+                evidence_ids=sorted({r.task_id for r in by_mode[mode]})[:5],
                 confidence="high" if share >= 0.6 and total >= 3 else "medium" if share >= 0.4 else "low",
                 recommended_edit={"module": module, "edits": edits, "from": _current(arch, module)})
     if llm is not None:
