@@ -128,7 +128,8 @@ def test_diagnosis_maps_failure_modes_to_modules():
     for mode, r in cases.items():
         assert scope(r) is None and classify(r) == mode
     assert FAILURE_MODULE == {"extraction_gap": "encode", "low_quality_extraction": "encode", "unusable_form": "encode",
-                              "declarative_crowding": "encode", "retrieval_miss": "retrieve", "judge_rejected": "store",
+                              "declarative_crowding": "encode", "unlinked_evidence": "encode",
+                              "retrieval_miss": "retrieve", "judge_rejected": "store",
                               "retrieval_noise": "retrieve",
                               "stale_memory": "manage", "memory_misled": "retrieve"}
     assert scope(TaskResult("t", False, error="TimeoutError: tool timed out")) == "timeout"

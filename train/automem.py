@@ -79,6 +79,10 @@ class AutomemTrainConfig(RolloutConfig):
     drop_noise_ahead: bool = field(default=False, metadata={
         "help": "AutoMem: when the diagnosis reads retrieval_noise, first remove the unit forms kept ahead of a form "
                 "the diagnosis ranks higher (a trajectory that filled the word limit before the workflow)"})
+    diagnose_unlinked: bool = field(default=False, metadata={
+        "help": "AutoMem: a retrieval miss where no unit holding the evidence names the goal's object is an Encode "
+                "failure (unlinked_evidence: keep what the episode observed), not a ranking one; reads the "
+                "evaluation records' evidence_linked (search evaluations stored before it are played again)"})
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     init: str = field(default="random", metadata={"help": "round-1 candidates: random (as random search) | known "
                                                          "(human-designed systems as tuples)"})
@@ -109,6 +113,10 @@ class AutomemTrainConfig(RolloutConfig):
     memory_guards_first: bool = field(default=False, metadata={
         "help": "apply every guard (avoid_when, route, world, site) to the pool before ranking: the k retrieval slots "
                 "go to the best units that pass instead of units the guards then withhold"})
+    memory_trajectory_facts: bool = field(default=False, metadata={
+        "help": "the rule trajectory writer keeps the sentences of each observation that name what the trace acted "
+                "on ('The coffer contains a blue skillet, ...'), not the first words of each: a later goal naming an "
+                "object the agent saw can retrieve the episode that saw it"})
     random_baseline: bool = True
     export_seed: int | None = None
     resume: str = "auto"
@@ -235,7 +243,7 @@ def run(cfg: AutomemTrainConfig, evaluator=None, env=None) -> dict:
                             structure_after=cfg.structure_after, prune_declarative=cfg.prune_declarative,
                             swap_inert=cfg.swap_inert, diagnose_scope=cfg.diagnose_scope,
                             drop_forms_ahead=cfg.drop_forms_ahead, validate_saturated=cfg.validate_saturated,
-                            drop_noise_ahead=cfg.drop_noise_ahead)
+                            drop_noise_ahead=cfg.drop_noise_ahead, diagnose_unlinked=cfg.diagnose_unlinked)
             row = {"automem": _brief(a)}
             if cfg.random_baseline:
                 r = run_random(evaluator, search, val, budget=cfg.budget, seed=seed,
@@ -287,10 +295,10 @@ def warmup_settings(cfg) -> dict:
     return {"search_warmup": cfg.search_warmup} if cfg.search_warmup != "none" else {}
 
 
-# memory options added after the first runs (world_scope and guards_first change where guards act, keyed and exported
-# the same way)
+# memory options added after the first runs (world_scope and guards_first change where guards act, trajectory_facts
+# what a trajectory unit keeps; keyed and exported the same way)
 LATER_GUARDS = ("memory_route_guards", "memory_world_guards", "memory_site_guards", "memory_world_scope",
-                "memory_guards_first")
+                "memory_guards_first", "memory_trajectory_facts")
 
 
 def guard_settings(cfg) -> dict:

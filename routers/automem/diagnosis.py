@@ -14,6 +14,8 @@ low_quality_extraction      E       units were written from the evidence's sourc
 unusable_form               E       injected with no other task's unit beside it, yet the agent never acted on it
 declarative_crowding        E       tip / insight units of the evidence's own episodes took the injected text from
                                     the unit holding it (not retrieved, or cut by the word limit after them)
+unlinked_evidence           E       in the pool and not retrieved, but no unit holding it names what the goal
+                                    names (``diagnose_unlinked``): no retriever can rank it for this goal
 retrieval_miss              R       the evidence is in the pool but was not retrieved
 judge_rejected              S       retrieved, then dropped by the injection judge (the record's form fails it)
 retrieval_noise             R       injected, but buried among other units (or truncated away)
@@ -44,6 +46,10 @@ ahead first (``forms_ahead``); adding a form the leader already holds is no edit
 (off by default) reads the same order in ``retrieval_noise`` failures: a trajectory of the evidence's own episodes kept
 ahead of the workflow fills the word limit and cuts the unit holding the evidence, so removing the form ahead comes
 before a Retrieve edit (the mode's list names every encoder but ``trajectory`` and never reads the order).
+``diagnose_unlinked=True`` (off by default; needs record v4's ``evidence_linked``) splits the retrieval misses: when no
+unit holding the evidence names the goal's object (a goal "find the golden teapot" with no container named, and units
+that keep the route to the coffer but not that the coffer held a golden teapot), ranking is not what failed. The edit
+is a form that keeps what the episode observed (the grounded ``trajectory``) or a store that indexes unit text.
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ from routers.automem.evaluate import TaskResult
 from routers.automem.space import Arch, MODULE_LETTER
 
 FAILURE_MODULE = {"extraction_gap": "encode", "low_quality_extraction": "encode", "unusable_form": "encode",
-                  "declarative_crowding": "encode",
+                  "declarative_crowding": "encode", "unlinked_evidence": "encode",
                   "retrieval_miss": "retrieve",
                   "judge_rejected": "store", "retrieval_noise": "retrieve", "stale_memory": "manage",
                   "memory_misled": "retrieve"}
@@ -76,6 +82,8 @@ EDITS = {
     # the short summaries of the right episodes outrank their route: fewer of them, or a store key that ranks an
     # episode's units alike (its goal) instead of by their own text
     "declarative_crowding": [("encode", "-tip"), ("encode", "-insight"), ("store", "json"), ("store", "llm_graph")],
+    # a unit that keeps the observed facts (what the holder contained), keyed by its text
+    "unlinked_evidence": [("encode", "+trajectory"), ("store", "hybrid"), ("store", "vector")],
     "retrieval_miss": [("retrieve", "hybrid"), ("retrieve", "cbr_rerank"), ("store", "hybrid"),
                        ("retrieve", "graph"), ("retrieve", "hyde")],
     "judge_rejected": [("store", "hybrid"), ("store", "json"), ("store", "llm_graph")],
@@ -111,8 +119,9 @@ def scope(result: TaskResult) -> str | None:
     return None
 
 
-def classify(result: TaskResult) -> str:
-    """The dominant failure mode of an in-scope failure (``unattributed`` when no rule fires)."""
+def classify(result: TaskResult, unlinked: bool = False) -> str:
+    """The dominant failure mode of an in-scope failure (``unattributed`` when no rule fires); ``unlinked``: a miss
+    whose record says no unit holding the evidence names the goal's object is ``unlinked_evidence``."""
     f = result.failure or {}
     mem = f.get("memory") or {}
     if "evidence_in_pool" in f:
@@ -121,7 +130,7 @@ def classify(result: TaskResult) -> str:
         if f.get("crowded_by_declarative"):  # record v3: before the miss / noise / followed rules it refines
             return "declarative_crowding"
         if not f.get("evidence_retrieved"):
-            return "retrieval_miss"
+            return "unlinked_evidence" if unlinked and f.get("evidence_linked") is False else "retrieval_miss"
         if not f.get("evidence_injected"):
             kept = set(mem.get("kept", []))
             return "judge_rejected" if mem.get("dropped") and len(kept) < len(mem.get("retrieved", [])) \
@@ -174,11 +183,13 @@ def forms_ahead(results: Sequence[TaskResult]) -> Counter:
 
 def diagnose(failures: Sequence[tuple[str, TaskResult]], arch: Arch | None = None, llm=None,
              max_llm_traces: int = 4, baseline: Mapping[str, bool] | None = None,
-             prune_declarative: bool = False, drop_forms_ahead: bool = False, drop_noise_ahead: bool = False) -> dict:
+             prune_declarative: bool = False, drop_forms_ahead: bool = False, drop_noise_ahead: bool = False,
+             diagnose_unlinked: bool = False) -> dict:
     """The round's textual gradient from ``(arch_key, result)`` pairs of failed tasks (``baseline``: the no-memory
     agent's success per task id, for ``memory_misled``; ``prune_declarative``: ``recommended_edits``;
     ``drop_forms_ahead``: an ``unusable_form`` gradient first removes the forms ``forms_ahead`` counts, most often
-    ahead first; ``drop_noise_ahead``: a ``retrieval_noise`` gradient likewise). Returns ``{module, letter,
+    ahead first; ``drop_noise_ahead``: a ``retrieval_noise`` gradient likewise; ``diagnose_unlinked``: ``classify``'s
+    ``unlinked``). Returns ``{module, letter,
     failure_mode, evidence_ids, confidence, recommended_edit, histogram, modes, out_of_scope, n_failures,
     cross_source_agreement}`` (module None when nothing is in scope)."""
     oos: Counter = Counter()
@@ -189,7 +200,7 @@ def diagnose(failures: Sequence[tuple[str, TaskResult]], arch: Arch | None = Non
         hurt = misled(r, baseline)
         why = None if hurt else scope(r)
         if why is None:
-            mode = "memory_misled" if hurt else classify(r)
+            mode = "memory_misled" if hurt else classify(r, diagnose_unlinked)
             if mode == "unattributed":
                 why = mode
             else:

@@ -11,17 +11,20 @@ things from) and ``world`` (the world its goal named, if any) for the injection 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from routers.automem.guards import goal_world, location_facts
 from routers.memagent.protocol import Trajectory
+from routers.memagent.providers.keyword import keyword_tokens
 from routers.memagent.providers.text_limits import action_sequence, limit_words, render_trajectory
 
 _NUM = re.compile(r"\b\d+(?:\.\d+)?\b")
 _ID = re.compile(r"\b(?=[a-z]*\d)[a-z0-9_]*[a-z][a-z0-9_]*\b", re.IGNORECASE)  # tokens mixing letters + digits
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+_SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
 
 
 @dataclass
@@ -75,12 +78,43 @@ def rule_insight(traj: Trajectory) -> list[Unit]:
     return [Unit("insight", traj.task.goal, text)]
 
 
-def rule_trajectory(traj: Trajectory, max_words: int = 160) -> list[Unit]:
+def observed_facts(observation: str, names: set[str], goal: str = "") -> str:
+    """The sentences of ``observation`` that name one of ``names`` (the content words of the trace's action
+    arguments), in order, without those the goal already says: what the agent saw of the things it acted on ("The
+    coffer contains a blue skillet, a yellow whisk and a golden teapot."), not a room's flavour text."""
+    said = " ".join(goal.lower().split())
+    out = []
+    for m in _SENTENCE.finditer(observation or ""):
+        sentence = " ".join(m.group(0).split())
+        if sentence and sentence.lower() not in said and names & set(keyword_tokens(sentence)):
+            out.append(sentence)
+    return " ".join(out)
+
+
+def _acted_on(traj: Trajectory) -> set[str]:
+    """Content words of the trace's multi-word action arguments ("take blue skillet from coffer"): the things acted
+    on. A one-word argument ("go south") names a direction, which nearly every room's description also does."""
+    return {w for s in traj.steps if len(args := s.action.split()[1:]) > 1 for w in keyword_tokens(" ".join(args))}
+
+
+def rule_trajectory(traj: Trajectory, max_words: int = 160, facts: bool = False) -> list[Unit]:
     """Every action of the trace, observations as the budget allows (v2; v1 dropped the middle steps whole, and
-    with them the ``take`` a later visit needs)."""
+    with them the ``take`` a later visit needs). ``facts``: each observation cut to :func:`observed_facts` first, so
+    the budget keeps what the observations revealed (what the LLM writer is asked for) instead of the first words of
+    each (often a room's description, while the step that saw the sought item is dropped)."""
     if not traj.steps:
         return []
+    if facts:  # a fact already kept at an earlier step (a room seen twice) is not repeated
+        names, kept, steps = _acted_on(traj), set(), []
+        for s in traj.steps:
+            new = [f for f in _SENTENCE.findall(observed_facts(s.observation, names, traj.task.goal))
+                   if f.strip() and f.strip() not in kept]
+            kept.update(f.strip() for f in new)
+            steps.append(dataclasses.replace(s, observation=" ".join(f.strip() for f in new)))
+        traj = dataclasses.replace(traj, steps=steps)
     text = render_trajectory(traj, max_words, obs_words=40, keep_actions=True)
+    if facts:  # a step whose observation named nothing acted on is its action line alone
+        text = re.sub(r"\n\s*\n", "\n", text).rstrip()
     return [Unit("trajectory", traj.task.goal, text)]
 
 
@@ -136,10 +170,12 @@ class Encoder:
     """The Encode module: the union of the chosen unit types. ``ask(system, user) -> str`` (an LLM call) makes
     the LLM writers active; without it every type is rule-based."""
 
-    def __init__(self, kinds, ask: Callable[[str, str], str] | None = None, max_prompt_words: int = 600):
+    def __init__(self, kinds, ask: Callable[[str, str], str] | None = None, max_prompt_words: int = 600,
+                 trajectory_facts: bool = False):
         self.kinds = tuple(kinds)
         self.ask = ask
         self.max_prompt_words = max_prompt_words
+        self.trajectory_facts = trajectory_facts
 
     def __call__(self, traj: Trajectory) -> list[Unit]:
         pattern = task_pattern(traj.task)
@@ -149,7 +185,8 @@ class Encoder:
         world = goal_world(traj.task.goal)
         out = []
         for kind in self.kinds:
-            units = RULES[kind](traj)
+            units = rule_trajectory(traj, facts=True) if kind == "trajectory" and self.trajectory_facts \
+                else RULES[kind](traj)
             if self.ask is not None and units:  # the rule's gate decides whether this type writes at all
                 text = (self.ask(PROMPTS[kind], render_trajectory(traj, self.max_prompt_words)) or "").strip()
                 if text:

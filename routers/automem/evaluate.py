@@ -16,6 +16,10 @@ from other tasks than the evidence's sources (``RECORD_VERSION`` 2: what the dia
 unit in a form the agent could not act on). ``RECORD_VERSION`` 3 adds the kept units' kinds and whether declarative
 units (tip / insight) of the evidence's own sources crowded the unit that holds it out of the injected text: it was
 not retrieved while only such units were, or the word limit cut it after them (``crowded_by_declarative``).
+``RECORD_VERSION`` 4 adds ``evidence_linked`` where the task names its ``object``: whether a unit holding the evidence
+names, in what retrieval indexes (its key), what the goal names of the task (its object, or the holder when the goal
+says it). Without that link no retriever can rank the evidence for this goal; ``DIAGNOSED_VERSION`` is what the default
+diagnosis reads (3), so the stores written before v4 keep replaying.
 """
 
 from __future__ import annotations
@@ -29,8 +33,9 @@ from routers.automem.space import Arch
 from routers.logs import get_logger
 
 log = get_logger(__name__)
-RECORD_VERSION = 3  # 2: failures with ``follow`` evidence record evidence_followed / foreign_injected; 3: kept_kinds,
-#                     crowded_by_declarative
+RECORD_VERSION = 4  # 2: failures with ``follow`` evidence record evidence_followed / foreign_injected; 3: kept_kinds,
+#                     crowded_by_declarative; 4: evidence_linked
+DIAGNOSED_VERSION = 3  # the fields the default diagnosis reads (``diagnose_unlinked`` reads v4's)
 DECLARATIVE_KINDS = ("tip", "insight")
 
 
@@ -159,6 +164,11 @@ class RolloutEvaluator:
                            source_units=sum(1 for it in items.values() if _has(it.meta.get("goal", ""), sources)),
                            kept_kinds=[it.meta.get("kind") for it in kept],
                            crowded_by_declarative=crowded_by_declarative(kept, memory, evidence, sources))
+            names = [n for n in [meta.get("object"), *(meta.get("follow") or [])]
+                     if meta.get("object") and n and n.lower() in task.goal.lower()]
+            if names:  # record v4: can the goal's words find a unit that holds the evidence at all?
+                failure["evidence_linked"] = any(_has(it.text, evidence) and _has(it.key, names)
+                                                 for it in items.values() if "valid_to" not in it.meta)
             follow = list(meta.get("follow") or [])
             if follow:  # record v2: did the agent act where the evidence leads, and what else was injected?
                 shown = [it for it in kept if _shown(it.text, memory)]

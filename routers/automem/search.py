@@ -28,6 +28,8 @@ the round) diagnoses only the leader's failures: the gradient's edits are applie
 candidate's failures come from its own choices. ``drop_forms_ahead`` (off by default): an ``unusable_form`` gradient
 first removes the forms the agent read ahead of a higher-ranked one (``routers.automem.diagnosis.forms_ahead``);
 ``drop_noise_ahead`` (off by default): a ``retrieval_noise`` gradient too (a trajectory ahead of the workflow).
+``diagnose_unlinked`` (off by default): a retrieval miss no unit could be found for (``unlinked_evidence``) asks Encode
+for the observed facts; its search evaluations need record v4, so older stored ones are played again.
 ``validate_saturated`` (off by default): a batch a candidate solves entirely cannot rank it against another that does,
 nor name what to fix, so every candidate that solves the whole search batch is validated at once; among those the
 leader is the best on validation, a child's ledger entry is settled by validation against its parent's, and the
@@ -46,7 +48,7 @@ from collections import Counter
 from typing import Sequence
 
 from routers.automem.diagnosis import diagnose
-from routers.automem.evaluate import EvaluateFn, Evaluation
+from routers.automem.evaluate import DIAGNOSED_VERSION, RECORD_VERSION, EvaluateFn, Evaluation
 from routers.automem.ledger import Ledger, ObservationGraph, leader, pareto_front
 from routers.automem.proposer import Proposal, RuleProposer, SearchContext
 from routers.automem.space import Arch, MODULES, feasible_space, valid, violations
@@ -209,7 +211,8 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
                 final_validate: int = 3, store=None, final_select: str = "validation", stagnation: int = 0,
                 structure_after: int = 0, prune_declarative: bool = False, swap_inert: bool = False,
                 diagnose_scope: str = "round", drop_forms_ahead: bool = False,
-                validate_saturated: bool = False, drop_noise_ahead: bool = False) -> dict:
+                validate_saturated: bool = False, drop_noise_ahead: bool = False,
+                diagnose_unlinked: bool = False) -> dict:
     if budget < 1 or k < 1 or val_every < 1 or final_validate < 1:
         raise ValueError("budget, k, val_every and final_validate must be >= 1")
     for name, value in (("stagnation", stagnation), ("structure_after", structure_after)):
@@ -228,9 +231,11 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
           **({"diagnose_scope": diagnose_scope} if diagnose_scope != "round" else {}),
           **({"drop_forms_ahead": True} if drop_forms_ahead else {}),
           **({"validate_saturated": True} if validate_saturated else {}),
-          **({"drop_noise_ahead": True} if drop_noise_ahead else {}), **(fingerprint or {})}
+          **({"drop_noise_ahead": True} if drop_noise_ahead else {}),
+          **({"diagnose_unlinked": True} if diagnose_unlinked else {}), **(fingerprint or {})}
     diagnosed = ("search", "validation") if validate_saturated else ("search",)
-    rt = Runtime(evaluate, trace_path, fp, "automem", resume, store, diagnosed_batches=diagnosed)
+    rt = Runtime(evaluate, trace_path, fp, "automem", resume, store, diagnosed_batches=diagnosed,
+                 diagnosed_version=RECORD_VERSION if diagnose_unlinked else DIAGNOSED_VERSION)
     proposer = proposer or RuleProposer()
     rng = random.Random(seed)
     base_s = rt.run(None, search_tasks, "search")
@@ -345,7 +350,7 @@ def run_automem(evaluate: EvaluateFn, search_tasks: Sequence, val_tasks: Sequenc
             baseline = base_v_ok
         gradient = diagnose(failures, Arch.parse(lead_key) if lead_key else None, diagnosis_llm, baseline=baseline,
                             prune_declarative=prune_declarative, drop_forms_ahead=drop_forms_ahead,
-                            drop_noise_ahead=drop_noise_ahead)
+                            drop_noise_ahead=drop_noise_ahead, diagnose_unlinked=diagnose_unlinked)
         gradient["round"] = round_
         gradients.append(gradient)
         rt.save(state())

@@ -55,7 +55,8 @@ class MemorySystem(BaseProvider):
     plugs in here for contrastive retrieval); ``k`` units are retrieved, at most ``max_words`` injected;
     ``judge`` / ``guards`` / ``route_guards`` / ``world_guards`` / ``site_guards`` switch the injection judge's
     goal-overlap, avoid_when, route, world and failure-site checks; ``world_scope`` retrieves within the goal's
-    world only; ``guards_first`` applies the guards to the pool before ranking."""
+    world only; ``guards_first`` applies the guards to the pool before ranking; ``trajectory_facts`` has the rule
+    trajectory writer keep the sentences of each observation that name what the trace acted on (``encoders``)."""
 
     name, family, gate = "automem", "insight", "all"
     reference = "AutoMem (seed 003): Encode / Store / Retrieve / Manage"
@@ -63,7 +64,7 @@ class MemorySystem(BaseProvider):
     def __init__(self, arch, encoder=None, llm=None, *, k: int = 3, max_words: int = 120, max_items: int = 200,
                  judge: bool = True, guards: bool = True, route_guards: bool = True, world_guards: bool = True,
                  site_guards: bool = True, world_scope: bool = False, guards_first: bool = False,
-                 llm_encode: bool = True, **kw):
+                 trajectory_facts: bool = False, llm_encode: bool = True, **kw):
         arch = as_arch(arch)
         problems = violations(arch)
         if problems:
@@ -82,9 +83,10 @@ class MemorySystem(BaseProvider):
         self.site_guards = site_guards
         self.world_scope = world_scope
         self.guards_first = guards_first
+        self.trajectory_facts = trajectory_facts
         super().__init__(encoder=encoder, llm=llm, k=k, **kw)
         self.encode_units = Encoder(arch.encode, ask=self._ask if (llm is not None and llm_encode) else None,
-                                    max_prompt_words=self.max_prompt_words)
+                                    max_prompt_words=self.max_prompt_words, trajectory_facts=trajectory_facts)
         self.last_trace: dict = {}
 
     def describe_storage(self) -> str:
@@ -97,7 +99,7 @@ class MemorySystem(BaseProvider):
         return {**super().params(), "arch": self.arch.to_dict(), "max_items": self.max_items, "judge": self.judge,
                 "guards": self.guards, "route_guards": self.route_guards, "world_guards": self.world_guards,
                 "site_guards": self.site_guards, "world_scope": self.world_scope,
-                "guards_first": self.guards_first}
+                "guards_first": self.guards_first, "trajectory_facts": self.trajectory_facts}
 
     # -- store ---------------------------------------------------------------------------------------------
     def _entities(self, goal: str, text: str) -> list[str]:
@@ -213,7 +215,7 @@ class MemorySystem(BaseProvider):
 
 # -- the loadable memory-system config ----------------------------------------------------------------------
 SYSTEM_OPTIONS = ("k", "max_words", "max_items", "judge", "guards", "route_guards", "world_guards", "site_guards",
-                  "world_scope", "guards_first")
+                  "world_scope", "guards_first", "trajectory_facts")
 
 
 def system_config(arch, *, encoder: str | None = None, llm: str | None = None, retriever: str | None = None,

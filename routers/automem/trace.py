@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 from routers.automem.encoders import versioned_key
-from routers.automem.evaluate import RECORD_VERSION, EvaluateFn, Evaluation, run_evaluation
+from routers.automem.evaluate import DIAGNOSED_VERSION, RECORD_VERSION, EvaluateFn, Evaluation, run_evaluation
 from routers.automem.space import Arch
 from routers.io import ResumableJsonlWriter, read_jsonl
 from routers.logs import get_logger
@@ -98,10 +98,12 @@ class Runtime:
     process played after its last round was saved."""
 
     def __init__(self, evaluate: EvaluateFn, trace_path=None, fingerprint: dict | None = None, method: str = "automem",
-                 resume: str = "auto", store: EvaluationStore | None = None, diagnosed_batches: Sequence[str] = ()):
+                 resume: str = "auto", store: EvaluationStore | None = None, diagnosed_batches: Sequence[str] = (),
+                 diagnosed_version: int = DIAGNOSED_VERSION):
         self.evaluate = evaluate
         self.store = store
-        self.diagnosed_batches = tuple(diagnosed_batches)  # their memory evaluations need the current failure fields
+        self.diagnosed_batches = tuple(diagnosed_batches)  # their memory evaluations need the diagnosis's fields
+        self.diagnosed_version = diagnosed_version  # the record version carrying them
         self.path = Path(trace_path) if trace_path else None
         self.fingerprint = fingerprint or {}
         self.method = method
@@ -142,7 +144,7 @@ class Runtime:
         rec = self.cache.get(key)
         fresh = rec is None
         if fresh:
-            need = RECORD_VERSION if arch is not None and batch in self.diagnosed_batches else 1
+            need = self.diagnosed_version if arch is not None and batch in self.diagnosed_batches else 1
             ev = self.store.get(arch, tasks, need) if self.store is not None else None
             source = "played" if ev is None else "store"
             if ev is None:
