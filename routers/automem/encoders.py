@@ -92,9 +92,12 @@ def observed_facts(observation: str, names: set[str], goal: str = "") -> str:
 
 
 def _acted_on(traj: Trajectory) -> set[str]:
-    """Content words of the trace's multi-word action arguments ("take blue skillet from coffer"): the things acted
-    on. A one-word argument ("go south") names a direction, which nearly every room's description also does."""
-    return {w for s in traj.steps if len(args := s.action.split()[1:]) > 1 for w in keyword_tokens(" ".join(args))}
+    """Content words of the trace's multi-word action arguments ("take blue skillet from coffer") that its goal does
+    not say: the things acted on that a reader of the goal does not know of (the coffer, not the table the goal names).
+    A one-word argument ("go south") names a direction, which nearly every room's description also does."""
+    said = set(keyword_tokens(traj.task.goal))
+    return {w for s in traj.steps if len(args := s.action.split()[1:]) > 1
+            for w in keyword_tokens(" ".join(args)) if w not in said}
 
 
 def rule_trajectory(traj: Trajectory, max_words: int = 160, facts: bool = False) -> list[Unit]:
