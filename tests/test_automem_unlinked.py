@@ -38,7 +38,8 @@ CONTENTS = {"coffer": "a yellow whisk, a golden teapot and a wooden ladle", "loc
 
 def _fetch(obj="blue skillet", holder="coffer") -> Trajectory:
     """A TextWorld fetch as the suite plays it: each step's observation is what the agent saw before acting."""
-    obs = [FOYER, LIBRARY, SCULLERY.format(h=holder, o=obj, rest=CONTENTS[holder]), f"You take the {obj} from the {holder}.", LIBRARY, FOYER]
+    there = SCULLERY.format(h=holder, o=obj, rest=CONTENTS[holder])
+    obs = [FOYER, LIBRARY, there, f"You take the {obj} from the {holder}.", LIBRARY, FOYER]
     acts = ["go south", "go west", f"take {obj} from {holder}", "go east", "go north", f"put {obj} on table"]
     steps = [TrajectoryStep(i, o, a) for i, (o, a) in enumerate(zip(obs, acts))]
     return Trajectory(Task(f"t-{obj}", GOAL.format(obj)), steps, success=True)
@@ -49,7 +50,8 @@ def test_observed_facts_keep_the_sentences_naming_what_was_acted_on():
     assert observed_facts(SCULLERY.format(h="coffer", o="blue skillet", rest=CONTENTS["coffer"]), names) == (
         "You can see an opened coffer. The coffer contains a blue skillet, a yellow whisk, a golden teapot and a "
         "wooden ladle.")
-    assert observed_facts(FOYER, {"table"}) == "You smell an interesting smell, and follow it to a table. The table is usual."
+    assert observed_facts(FOYER, {"table"}) == (
+        "You smell an interesting smell, and follow it to a table. The table is usual.")
     assert observed_facts("In X, find the blue skillet. It is here.", names, goal="In X, find the blue skillet.") == ""
 
 
