@@ -8,7 +8,8 @@ task batch and the rollout options, not on which method or seed asked for it, so
 seed of one search directory replay one another's identical evaluations (the no-memory baselines, the seeded
 random round 1, architectures both methods reach) instead of playing them again. Each trace still records every
 evaluation it used, and the budget still counts them all. A record made by an older evaluator (``RECORD_VERSION``:
-fewer failure fields) still replays for random search, which reads only accuracy; AutoMem plays it again."""
+fewer failure fields) still replays for random search, which reads only accuracy; AutoMem plays it again when its
+diagnosis reads fields the record lacks (``DIAGNOSED_VERSION``; record v4 with ``diagnose_unlinked``)."""
 
 from __future__ import annotations
 
