@@ -82,13 +82,17 @@ def observed_facts(observation: str, names: set[str], goal: str = "") -> str:
     """The sentences of ``observation`` that name one of ``names`` (the content words of the trace's action
     arguments), in order, without those the goal already says: what the agent saw of the things it acted on ("The
     coffer contains a blue skillet, a yellow whisk and a golden teapot."), not a room's flavour text."""
+    return " ".join(_fact_sentences(observation, names, goal))
+
+
+def _fact_sentences(observation: str, names: set[str], goal: str = "") -> list[str]:
     said = " ".join(goal.lower().split())
     out = []
     for m in _SENTENCE.finditer(observation or ""):
         sentence = " ".join(m.group(0).split())
         if sentence and sentence.lower() not in said and names & set(keyword_tokens(sentence)):
             out.append(sentence)
-    return " ".join(out)
+    return out
 
 
 def _acted_on(traj: Trajectory) -> set[str]:
@@ -110,10 +114,9 @@ def rule_trajectory(traj: Trajectory, max_words: int = 160, facts: bool = False)
     if facts:  # a fact already kept at an earlier step (a room seen twice) is not repeated
         names, kept, steps = _acted_on(traj), set(), []
         for s in traj.steps:
-            new = [f for f in _SENTENCE.findall(observed_facts(s.observation, names, traj.task.goal))
-                   if f.strip() and f.strip() not in kept]
-            kept.update(f.strip() for f in new)
-            steps.append(dataclasses.replace(s, observation=" ".join(f.strip() for f in new)))
+            new = [f for f in _fact_sentences(s.observation, names, traj.task.goal) if f not in kept]
+            kept.update(new)
+            steps.append(dataclasses.replace(s, observation=" ".join(new)))
         traj = dataclasses.replace(traj, steps=steps)
     text = render_trajectory(traj, max_words, obs_words=40, keep_actions=True)
     if facts:  # a step whose observation named nothing acted on is its action line alone

@@ -154,7 +154,8 @@ class RolloutEvaluator:
         evidence, stale = list(meta.get("evidence") or []), list(meta.get("stale") or [])
         if evidence and system is not None:
             items = system.items_by_id() if hasattr(system, "items_by_id") else {}
-            pool_text = "\n".join(it.text for it in items.values() if "valid_to" not in it.meta)
+            live = [it for it in items.values() if "valid_to" not in it.meta]
+            pool_text = "\n".join(it.text for it in live)
             retrieved = "\n".join(items[i].text for i in trace.get("retrieved", []) if i in items)
             kept = [items[i] for i in trace.get("kept", []) if i in items]
             sources = list(meta.get("sources") or [])
@@ -164,12 +165,11 @@ class RolloutEvaluator:
                            source_units=sum(1 for it in items.values() if _has(it.meta.get("goal", ""), sources)),
                            kept_kinds=[it.meta.get("kind") for it in kept],
                            crowded_by_declarative=crowded_by_declarative(kept, memory, evidence, sources))
-            names = [n for n in [meta.get("object"), *(meta.get("follow") or [])]
-                     if meta.get("object") and n and n.lower() in task.goal.lower()]
-            if names:  # record v4: can the goal's words find a unit that holds the evidence at all?
-                failure["evidence_linked"] = any(_has(it.text, evidence) and _has(it.key, names)
-                                                 for it in items.values() if "valid_to" not in it.meta)
             follow = list(meta.get("follow") or [])
+            obj = meta.get("object")
+            names = [n for n in [obj, *follow] if n and n.lower() in task.goal.lower()] if obj else []
+            if names:  # record v4: can the goal's words find a unit that holds the evidence at all?
+                failure["evidence_linked"] = any(_has(it.text, evidence) and _has(it.key, names) for it in live)
             if follow:  # record v2: did the agent act where the evidence leads, and what else was injected?
                 shown = [it for it in kept if _shown(it.text, memory)]
                 failure.update(evidence_followed=any(_has(s.action, follow) for s in traj.steps),

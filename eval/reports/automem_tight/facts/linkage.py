@@ -52,20 +52,9 @@ def linkage(env, pool, arch, encoder, facts: bool, cfg) -> dict:
     return n
 
 
-def versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for name in ("memroute", "torch", "transformers", "sentence-transformers", "textworld"):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = None
-    return out
-
-
 def main(argv=None) -> None:
     from routers.automem.evidence import annotate_world_tasks
+    from routers.base import git_revision, library_versions
     from routers.config import parse_config
     from routers.io import atomic_write_json
     from routers.machine import machine_info
@@ -91,7 +80,8 @@ def main(argv=None) -> None:
             row = {"arch": arch, "trajectory_facts": facts, **linkage(env, pool, arch, encoder, facts, cfg)}
             rows.append(row)
             print(json.dumps(row))
-    atomic_write_json(out, {"recipe": recipe, "machine": machine_info(), "versions": versions(),
+    atomic_write_json(out, {"recipe": recipe, "machine": machine_info(), "versions": library_versions(),
+                            "git_revision": git_revision(),
                             "encoder": cfg.encoder, "memory_k": cfg.memory_k,
                             "memory_words": cfg.memory_words, "goal_names_holder": cfg.world_goal_names_holder,
                             "rows": rows})
