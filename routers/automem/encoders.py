@@ -11,7 +11,6 @@ things from) and ``world`` (the world its goal named, if any) for the injection 
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -19,7 +18,8 @@ from typing import Any, Callable
 from routers.automem.guards import goal_world, location_facts
 from routers.memagent.protocol import Trajectory
 from routers.memagent.providers.keyword import keyword_tokens
-from routers.memagent.providers.text_limits import action_sequence, limit_words, render_trajectory
+from routers.memagent.providers.text_limits import (action_sequence, count_words, ends_first, limit_words,
+                                                    render_trajectory)
 
 _NUM = re.compile(r"\b\d+(?:\.\d+)?\b")
 _ID = re.compile(r"\b(?=[a-z]*\d)[a-z0-9_]*[a-z][a-z0-9_]*\b", re.IGNORECASE)  # tokens mixing letters + digits
@@ -104,24 +104,29 @@ def _acted_on(traj: Trajectory) -> set[str]:
             for w in keyword_tokens(" ".join(args)) if w not in said}
 
 
-def rule_trajectory(traj: Trajectory, max_words: int = 160, facts: bool = False) -> list[Unit]:
-    """Every action of the trace, observations as the budget allows (v2; v1 dropped the middle steps whole, and
-    with them the ``take`` a later visit needs). ``facts``: each observation cut to :func:`observed_facts` first, so
-    the budget keeps what the observations revealed (what the LLM writer is asked for) instead of the first words of
-    each (often a room's description, while the step that saw the sought item is dropped)."""
+def rule_trajectory(traj: Trajectory, max_words: int = 160, facts: bool = False, obs_words: int = 40) -> list[Unit]:
+    """Every action of the trace on one line right after the goal, then what the observations showed as the budget
+    allows (v3). v2 wrote ``Step i: > action`` lines with the first and last steps' observations between them: at a
+    60-word injection limit the agent read the goal, the way there and a room's description, never the way back
+    (session 43: the 135M agent took the object and wandered). ``facts``: the observations are cut to
+    :func:`observed_facts` (what the LLM writer is asked for: "The coffer contains ... a golden teapot"), each kept
+    once; otherwise each is clipped to ``obs_words``, the first and last steps' kept first."""
     if not traj.steps:
         return []
-    if facts:  # a fact already kept at an earlier step (a room seen twice) is not repeated
-        names, kept, steps = _acted_on(traj), set(), []
+    head = [f"Task: {traj.task.goal}", f"Outcome: {'success' if traj.success else 'failure'}",
+            "Actions: " + "; ".join(a for s in traj.steps if (a := s.action.strip()))]
+    budget = max_words - count_words("\n".join(head))
+    if facts:
+        names, seen = _acted_on(traj), []
         for s in traj.steps:
-            new = [f for f in _fact_sentences(s.observation, names, traj.task.goal) if f not in kept]
-            kept.update(new)
-            steps.append(dataclasses.replace(s, observation=" ".join(new)))
-        traj = dataclasses.replace(traj, steps=steps)
-    text = render_trajectory(traj, max_words, obs_words=40, keep_actions=True)
-    if facts:  # a step whose observation named nothing acted on is its action line alone
-        text = re.sub(r"\n\s*\n", "\n", text).rstrip()
-    return [Unit("trajectory", traj.task.goal, text)]
+            seen += [f for f in _fact_sentences(s.observation, names, traj.task.goal) if f not in seen]
+        obs = [limit_words("Seen: " + " ".join(seen), max(budget, 0))[0]] if seen and budget > 1 else []
+    else:
+        lines = [f"At step {s.index}: {limit_words(s.observation, obs_words)[0]}" for s in traj.steps
+                 if (s.observation or "").strip()]
+        shown = ends_first([count_words(x) for x in lines], budget)
+        obs = [x for i, x in enumerate(lines) if i in shown]
+    return [Unit("trajectory", traj.task.goal, "\n".join(head + obs))]
 
 
 def rule_workflow(traj: Trajectory) -> list[Unit]:
@@ -160,7 +165,7 @@ PROMPTS = {
 # A unit type's rule version, bumped when its rule writes different text. Evaluations are replayed by architecture
 # (``routers.automem.trace``), so an architecture's replay key names the versions of the types it encodes (v1 is
 # unnamed: the results recorded before versions existed stay valid for every type not changed since).
-UNIT_VERSIONS = {"trajectory": 2}
+UNIT_VERSIONS = {"trajectory": 3}
 
 
 def versioned_key(arch) -> str:

@@ -81,16 +81,16 @@ def render_trajectory(traj: Trajectory, max_words: int = 900, obs_words: int = 6
     if keep_actions:
         actions = [f"Step {s.index}: > {s.action}" for s in traj.steps]
         action_cost = [count_words(a) for a in actions]
-        shown = _ends_first([c - a for c, a in zip(cost, action_cost)], budget - sum(action_cost))
+        shown = ends_first([c - a for c, a in zip(cost, action_cost)], budget - sum(action_cost))
         return "\n".join(head + [steps[i] if i in shown else a for i, a in enumerate(actions)])
-    shown = _ends_first(cost, budget)
+    shown = ends_first(cost, budget)
     n_head = next(i for i in range(len(steps) + 1) if i not in shown)  # the kept prefix; the rest are the tail
     keep_head, keep_tail = steps[:n_head], [steps[i] for i in sorted(shown) if i > n_head]
     skipped = len(steps) - len(keep_head) - len(keep_tail)
     return "\n".join(head + keep_head + [f"... ({skipped} steps omitted) ..."] + keep_tail)
 
 
-def _ends_first(cost: Sequence[int], budget: int) -> set[int]:
+def ends_first(cost: Sequence[int], budget: int) -> set[int]:
     """Indices kept when items are taken alternately from the front and the back until the next one does not fit."""
     kept: set[int] = set()
     used, i, j, n_head, n_tail = 0, 0, len(cost) - 1, 0, 0
