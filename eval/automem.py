@@ -45,7 +45,7 @@ log = get_logger(__name__)
 MEMORY_OPTIONS = {"memory_llm": None, "retriever": None, "memory_k": 3, "memory_words": 120, "memory_guards": False,
                   "memory_route_guards": False, "memory_world_guards": False,
                   "memory_site_guards": False, "memory_world_scope": False,
-                  "memory_guards_first": False, "memory_trajectory_facts": False}
+                  "memory_guards_first": False, "memory_trajectory_facts": False, "memory_sought_guards": False}
 
 
 @dataclass
@@ -78,6 +78,9 @@ class AutomemEvalConfig(RolloutConfig):
                 "the search's picks replayed with guarded retrieval (the ablation)"})
     memory_trajectory_facts: bool = field(default=False, metadata={
         "help": "trajectory units keep the observations' facts (as in memroute train automem)"})
+    memory_sought_guards: bool = field(default=False, metadata={
+        "help": "the sought-item guards (as in memroute train automem); on with a search run without them: the "
+                "search's picks replayed with them (the ablation)"})
     archs: list[str] = field(default_factory=list, metadata={
         "help": "play these architecture keys ('workflow|json|cbr_rerank|json_full' ...) and no memory held-out "
                 "instead of a search's picks; search_dir is not read (eval/automem_archs.py)"})

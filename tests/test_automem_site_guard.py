@@ -66,6 +66,7 @@ def test_every_guard_option_of_a_config_reaches_the_memory_system(tmp_path):
                 AutomemEvalConfig(output_dir=str(tmp_path / "e"), memory_site_guards=False, memory_guards=False)):
         opts = system_guards(cfg)
         assert opts == {"guards": False, "route_guards": True, "world_guards": True, "site_guards": False,
-                        "world_scope": False, "guards_first": False, "trajectory_facts": False}
+                        "world_scope": False, "guards_first": False, "trajectory_facts": False,
+                        "sought_guards": False}
         mem = MemorySystem(ARCH, encoder=HashEncoder(32), **opts)
         assert {k: mem.params()[k] for k in opts} == opts

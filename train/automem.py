@@ -117,6 +117,9 @@ class AutomemTrainConfig(RolloutConfig):
         "help": "the rule trajectory writer keeps the sentences of each observation that name what the trace acted "
                 "on ('The coffer contains a blue skillet, ...'), not the first words of each: a later goal naming an "
                 "object the agent saw can retrieve the episode that saw it"})
+    memory_sought_guards: bool = field(default=False, metadata={
+        "help": "a goal naming its item withholds the units of an episode that took that item away (their route is "
+                "stale) and units naming neither the item nor a place the goal names (guards.taken / unsought)"})
     random_baseline: bool = True
     export_seed: int | None = None
     resume: str = "auto"
@@ -298,7 +301,7 @@ def warmup_settings(cfg) -> dict:
 # memory options added after the first runs (world_scope and guards_first change where guards act, trajectory_facts
 # what a trajectory unit keeps; keyed and exported the same way)
 LATER_GUARDS = ("memory_route_guards", "memory_world_guards", "memory_site_guards", "memory_world_scope",
-                "memory_guards_first", "memory_trajectory_facts")
+                "memory_guards_first", "memory_trajectory_facts", "memory_sought_guards")
 
 
 def guard_settings(cfg) -> dict:

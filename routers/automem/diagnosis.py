@@ -60,6 +60,7 @@ from collections import Counter
 from typing import Mapping, Sequence
 
 from routers.automem.evaluate import TaskResult
+from routers.automem.guards import WITHHELD
 from routers.automem.space import Arch, MODULE_LETTER
 
 FAILURE_MODULE = {"extraction_gap": "encode", "low_quality_extraction": "encode", "unusable_form": "encode",
@@ -111,7 +112,7 @@ def scope(result: TaskResult) -> str | None:
     if f.get("evidence_seen") is False:
         return "no_experience"
     mem = f.get("memory") or {}
-    withheld = mem.get("stale") or mem.get("off_route") or mem.get("other_world") or mem.get("other_site")
+    withheld = any(mem.get(name) for name in WITHHELD)
     if withheld and not mem.get("kept") and not mem.get("dropped"):
         return "stale_withheld"  # the guards withheld every retrieved unit: it ran as without memory
     if mem.get("guarded_out") and not mem.get("retrieved"):

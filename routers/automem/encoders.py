@@ -6,7 +6,7 @@ Five unit types -- ``tip`` (transferable heuristic), ``insight`` (root cause of 
 ``routers.backends`` ``generate`` interface) each type is written by one prompt and falls back to the rule
 when the answer is empty. Every unit carries ``use_when`` (the source task's pattern) and ``avoid_when`` (where
 its task's sought items were: ``routers.automem.guards``), ``route_to`` (where a successful trajectory took
-things from) and ``world`` (the world its goal named, if any) for the injection judge.
+things from), ``took`` (what it took) and ``world`` (the world its goal named, if any) for the injection judge.
 """
 
 from __future__ import annotations
@@ -193,6 +193,7 @@ class Encoder:
         actions = [s.action for s in traj.steps] if traj.success else []  # a failed take is no fact
         avoid_when = [[item, where] for item, where in location_facts(traj.task.goal, *actions).items()]
         route_to = sorted(set(location_facts(*actions).values()))
+        took = sorted(location_facts(*actions))  # what a successful episode moved from where it was
         world = goal_world(traj.task.goal)
         out = []
         for kind in self.kinds:
@@ -206,6 +207,7 @@ class Encoder:
                 u.meta.setdefault("use_when", pattern)
                 u.meta.setdefault("avoid_when", avoid_when)
                 u.meta.setdefault("route_to", route_to)
+                u.meta.setdefault("took", took)
                 if world:
                     u.meta.setdefault("world", world)
                 u.meta.setdefault("outcome", "success" if traj.success else "failure")

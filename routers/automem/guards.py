@@ -35,6 +35,15 @@ failed trajectories of other sites turned 4 of 4 moved tasks no memory solves in
     goal_world("In Elm, find the brass key in the oak chest ...")          # 'elm'
     other_world("elm", "In Oak Hollow, find ...")                          # True
     other_site([["red cup", "oak chest"]], {"brass key": "cupboard"})     # True
+    sought_items("In Elm, find the brass key and put it on the table in the hall.")  # ['brass key']
+
+The *sought* guards (``taken``, ``unsought``; off by default) are for goals that name their item but not its place
+("find the golden teapot"), where the guards above read no fact. A successful episode that took the item its goal now
+seeks moved it (to the table it delivered it to): its route to the item is stale by the episode's own record
+(``took``), so a goal seeking that item again gets none of its units (``taken``). And a unit that names neither the
+goal's item nor the place the goal names is not about this goal at all (``unsought``: another object's route in the
+same world, which a world-sharing goal would otherwise keep). Measured on the no-container suite (session 43): memory
+of any route cost the moved tasks no memory solves.
 """
 
 from __future__ import annotations
@@ -50,6 +59,11 @@ _SOUGHT = re.compile(rf"\b{_VERB} (?:the |a |an )?({_PHRASE}) {_PREP} (?:the |a 
                      re.IGNORECASE)
 _ARTICLE = re.compile(r"^(?:the|a|an) ")
 _WORLD = re.compile(r"^\s*In ((?:[A-Z][\w'\-]*)(?: [A-Z][\w'\-]*){0,3}),")
+
+
+# the trace keys of the guards, in the order ``MemorySystem`` tries them
+WITHHELD = ("other_world", "taken", "unsought", "stale", "off_route", "other_site")
+_SEEK = re.compile(rf"\b{_VERB} (?:the |a |an )?({_PHRASE}){_STOP}", re.IGNORECASE)
 
 
 def _norm(phrase: str) -> str:
@@ -107,3 +121,22 @@ def other_site(assumed: Iterable | None, goal_facts: Mapping[str, str]) -> bool:
     unit = {_norm(str(pair[1])) for pair in assumed or ()}
     goal = {_norm(v) for v in goal_facts.values()}
     return bool(unit and goal) and not unit & goal
+
+
+def sought_items(goal: str) -> list[str]:
+    """The items a goal seeks (what follows a finding verb), whether or not it says where they are."""
+    return list(dict.fromkeys(_norm(m.group(1)) for m in _SEEK.finditer(goal or "") if m.group(1)))
+
+
+def taken(took: Iterable[str] | None, goal: str) -> list[str]:
+    """The items a unit's own episode took (``took``) that ``goal`` seeks again: the unit's route to them is stale."""
+    mine = {_norm(str(t)) for t in took or ()}
+    return [x for x in sought_items(goal) if x in mine]
+
+
+def unsought(text: str, goal: str, goal_facts: Mapping[str, str]) -> bool:
+    """Whether ``text`` (a unit's key and text) names none of the items ``goal`` seeks and none of the places it names
+    (a goal seeking nothing: False)."""
+    wanted = sought_items(goal) + [_norm(v) for v in goal_facts.values()]
+    low = " ".join((text or "").lower().split())
+    return bool(wanted) and not any(re.search(rf"\b{re.escape(w)}\b", low) for w in wanted)

@@ -23,7 +23,10 @@ nothing where the failed task did (``other_site``). With ``world_scope`` (off by
 not candidates at all: retrieval ranks only the goal's world's units, so in a pool of many worlds the ``k`` slots are
 not spent on units the world guard then withholds (the trace's ``out_of_scope`` counts them). With ``guards_first``
 (off by default) every guard is applied before ranking instead of after it: the ``k`` slots go to the best units that
-pass, not to units then withheld (the trace's ``guarded_out`` counts the pool's withheld units per guard).
+pass, not to units then withheld (the trace's ``guarded_out`` counts the pool's withheld units per guard). With
+``sought_guards`` (off by default) a goal that names its item withholds the units of an episode that took that item
+away (``taken``: their route is stale) and the units naming neither the item nor a place the goal names
+(``unsought``): ``routers.automem.guards``.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from pathlib import Path
 from typing import Sequence
 
 from routers.automem.encoders import Encoder, task_pattern, _ID
-from routers.automem.guards import conflicts, location_facts, off_route, other_site, other_world
+from routers.automem.guards import (WITHHELD, conflicts, location_facts, off_route, other_site, other_world, taken,
+                                    unsought)
 from routers.automem.manage import MANAGERS
 from routers.automem.retrieval import RETRIEVERS
 from routers.automem.space import Arch, as_arch, violations
@@ -64,7 +68,7 @@ class MemorySystem(BaseProvider):
     def __init__(self, arch, encoder=None, llm=None, *, k: int = 3, max_words: int = 120, max_items: int = 200,
                  judge: bool = True, guards: bool = True, route_guards: bool = True, world_guards: bool = True,
                  site_guards: bool = True, world_scope: bool = False, guards_first: bool = False,
-                 trajectory_facts: bool = False, llm_encode: bool = True, **kw):
+                 trajectory_facts: bool = False, sought_guards: bool = False, llm_encode: bool = True, **kw):
         arch = as_arch(arch)
         problems = violations(arch)
         if problems:
@@ -84,6 +88,7 @@ class MemorySystem(BaseProvider):
         self.world_scope = world_scope
         self.guards_first = guards_first
         self.trajectory_facts = trajectory_facts
+        self.sought_guards = sought_guards
         super().__init__(encoder=encoder, llm=llm, k=k, **kw)
         self.encode_units = Encoder(arch.encode, ask=self._ask if (llm is not None and llm_encode) else None,
                                     max_prompt_words=self.max_prompt_words, trajectory_facts=trajectory_facts)
@@ -99,7 +104,8 @@ class MemorySystem(BaseProvider):
         return {**super().params(), "arch": self.arch.to_dict(), "max_items": self.max_items, "judge": self.judge,
                 "guards": self.guards, "route_guards": self.route_guards, "world_guards": self.world_guards,
                 "site_guards": self.site_guards, "world_scope": self.world_scope,
-                "guards_first": self.guards_first, "trajectory_facts": self.trajectory_facts}
+                "guards_first": self.guards_first, "trajectory_facts": self.trajectory_facts,
+                "sought_guards": self.sought_guards}
 
     # -- store ---------------------------------------------------------------------------------------------
     def _entities(self, goal: str, text: str) -> list[str]:
@@ -151,8 +157,8 @@ class MemorySystem(BaseProvider):
     def retrieve(self, goal: str) -> Retrieved:
         st = self._state
         live = [i for i, it in enumerate(st.items) if "valid_to" not in it.meta]
-        self.last_trace = {"pool": len(live), "retrieved": [], "kept": [], "dropped": [], "stale": [], "off_route": [],
-                           "other_world": [], "other_site": []}
+        self.last_trace = {"pool": len(live), "retrieved": [], "kept": [], "dropped": [],
+                           **{name: [] for name in WITHHELD}}
         if self.world_scope:  # another world's units never compete for the k slots
             scoped = [i for i in live if not other_world(st.items[i].meta.get("world"), goal)]
             self.last_trace["out_of_scope"] = len(live) - len(scoped)
@@ -169,7 +175,7 @@ class MemorySystem(BaseProvider):
         q = set(keyword_tokens(goal))
         pattern = task_pattern(goal)
         kept, dropped = [], []
-        withheld: dict[str, list[int]] = {"stale": [], "off_route": [], "other_world": [], "other_site": []}
+        withheld: dict[str, list[int]] = {name: [] for name in WITHHELD}
         for i in ranked:
             it = st.items[i]
             why = self._withheld_by(it, goal, facts)
@@ -191,6 +197,10 @@ class MemorySystem(BaseProvider):
         """The trace key of the first guard that withholds ``it`` from ``goal`` (None: it passes every guard on)."""
         if self.world_guards and other_world(it.meta.get("world"), goal):
             return "other_world"
+        if self.sought_guards and taken(it.meta.get("took"), goal):
+            return "taken"
+        if self.sought_guards and unsought(f"{it.key} {it.text}", goal, facts):
+            return "unsought"
         if facts and self.guards and conflicts(it.meta.get("avoid_when"), facts):
             return "stale"
         if facts and self.route_guards and off_route(it.meta.get("route_to"), facts):
@@ -215,7 +225,7 @@ class MemorySystem(BaseProvider):
 
 # -- the loadable memory-system config ----------------------------------------------------------------------
 SYSTEM_OPTIONS = ("k", "max_words", "max_items", "judge", "guards", "route_guards", "world_guards", "site_guards",
-                  "world_scope", "guards_first", "trajectory_facts")
+                  "world_scope", "guards_first", "trajectory_facts", "sought_guards")
 
 
 def system_config(arch, *, encoder: str | None = None, llm: str | None = None, retriever: str | None = None,
