@@ -69,3 +69,19 @@ def test_a_fetch_still_gets_every_unit_that_saw_its_item():
     assert mem.last_trace["taken"] == [] and mem.last_trace["unsought"] == []
     # the items' meta says what each episode took
     assert [i.meta["took"] for i in mem._state.items] == [["green wrench"], ["white chisel"]]
+
+
+def test_units_withheld_as_unsought_leave_a_fetch_failure_in_scope():
+    """Every retrieved unit about another item, the goal's evidence left in the pool: a ranking miss the diagnosis
+    must read (before this, any withheld-and-nothing-kept failure was out of scope as ``stale_withheld``)."""
+    from routers.automem.diagnosis import classify
+
+    mem = {"pool": 5, "retrieved": ["a", "b"], "kept": [], "dropped": [], "unsought": ["a", "b"], "taken": []}
+    miss = TaskResult("t", False, failure={"memory": mem, "evidence_seen": True, "evidence_in_pool": True,
+                                           "evidence_retrieved": False, "evidence_injected": False})
+    assert scope(miss) is None and classify(miss) == "retrieval_miss"
+    # the evidence's own unit retrieved and withheld: it names nothing the goal seeks (a workflow's <OBJECT>)
+    held = TaskResult("t", False, failure={**miss.failure, "evidence_retrieved": True, "evidence_linked": False})
+    assert classify(held, unlinked=True) == "unlinked_evidence" and classify(held) == "retrieval_noise"
+    stale = TaskResult("t", False, failure={"memory": {**mem, "taken": ["c"]}})
+    assert scope(stale) == "stale_withheld"

@@ -3,7 +3,8 @@ histogram and the textual gradient ``(module, evidence ids, confidence, recommen
 
 Scope gate (rule): a rollout error (tool / agent / LLM) or a timeout is out of scope; so is a failure whose
 evidence never appeared in any stored experience (memory could not have changed it), and one where the guards
-(avoid_when, route, world) withheld every retrieved unit (``stale_withheld``: the agent ran as without memory). Failure
+(avoid_when, route, world, site, taken) withheld every retrieved unit (``stale_withheld``: the agent ran as without
+memory; units withheld as ``unsought``, about other items, leave a failure in scope). Failure
 modes, from the memory trace (``TaskResult.failure``):
 
 ==========================  ======  ==========================================================================
@@ -14,8 +15,9 @@ low_quality_extraction      E       units were written from the evidence's sourc
 unusable_form               E       injected with no other task's unit beside it, yet the agent never acted on it
 declarative_crowding        E       tip / insight units of the evidence's own episodes took the injected text from
                                     the unit holding it (not retrieved, or cut by the word limit after them)
-unlinked_evidence           E       in the pool and not retrieved, but no unit holding it names what the goal
-                                    names (``diagnose_unlinked``): no retriever can rank it for this goal
+unlinked_evidence           E       in the pool and not retrieved (or retrieved and withheld as ``unsought``), but
+                                    no unit holding it names what the goal names (``diagnose_unlinked``): no
+                                    retriever can rank it for this goal
 retrieval_miss              R       the evidence is in the pool but was not retrieved
 judge_rejected              S       retrieved, then dropped by the injection judge (the record's form fails it)
 retrieval_noise             R       injected, but buried among other units (or truncated away)
@@ -112,7 +114,9 @@ def scope(result: TaskResult) -> str | None:
     if f.get("evidence_seen") is False:
         return "no_experience"
     mem = f.get("memory") or {}
-    withheld = any(mem.get(name) for name in WITHHELD)
+    # ``unsought`` is not a guard's verdict that memory is stale: the retrieved units were about other items, a
+    # ranking failure the diagnosis must see when the goal's own evidence was in the pool
+    withheld = any(mem.get(name) for name in WITHHELD if name != "unsought")
     if withheld and not mem.get("kept") and not mem.get("dropped"):
         return "stale_withheld"  # the guards withheld every retrieved unit: it ran as without memory
     if mem.get("guarded_out") and not mem.get("retrieved"):
@@ -133,6 +137,8 @@ def classify(result: TaskResult, unlinked: bool = False) -> str:
         if not f.get("evidence_retrieved"):
             return "unlinked_evidence" if unlinked and f.get("evidence_linked") is False else "retrieval_miss"
         if not f.get("evidence_injected"):
+            if unlinked and f.get("evidence_linked") is False and mem.get("unsought"):
+                return "unlinked_evidence"  # retrieved, then withheld: it names nothing the goal seeks
             kept = set(mem.get("kept", []))
             return "judge_rejected" if mem.get("dropped") and len(kept) < len(mem.get("retrieved", [])) \
                 else "retrieval_noise"
