@@ -254,6 +254,23 @@ def test_invalid_proposals_are_rejected_counted_and_resampled():
     assert all(valid(Arch.parse(p["arch"])) for p in out["evaluations"]) and len(out["evaluations"]) == 4
 
 
+def test_a_store_edit_out_of_the_graph_family_keeps_its_edit_with_a_two_module_repair():
+    """Session 43, seed 4: the gradient said ``store hybrid`` to a ``llm_graph | graph | graph_consolidate`` leader.
+    Graph retrieval and graph_consolidate both need a graph store, so no single other change makes it valid, and the
+    resample fell back to random neighbours of the leader: six evaluations, all in the graph family."""
+    import random
+
+    from routers.automem.proposer import Proposal, SearchContext
+
+    leader = Arch(("trajectory", "workflow"), "llm_graph", "graph", "graph_consolidate")
+    rejected = Proposal(leader.edit("store", "hybrid"), "gradient", leader.key, ["store", "hybrid"])
+    ctx = SearchContext(round=2, rng=random.Random(0), leader=leader, evaluated={leader.key})
+    for seed in range(5):
+        got = RuleProposer().resample(ctx, rejected, random.Random(seed)).arch
+        assert valid(got) and got.store == "hybrid" and got.encode == leader.encode, got.key
+        assert got.retrieve != "graph" and got.manage != "graph_consolidate"
+
+
 class InitOnly(RuleProposer):
     """Proposes nothing once there is a leader: a neighbourhood that every edit has exhausted."""
 

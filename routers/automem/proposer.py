@@ -190,10 +190,14 @@ class RuleProposer:
         return Proposal(arch, origin, ctx.leader.key, [module, opt], repair=repair)
 
     def resample(self, ctx: SearchContext, rejected: Proposal, rng: random.Random) -> Proposal:
-        """Repair an invalid proposal (keep its edit, change one other module), else a random unevaluated
+        """Repair an invalid proposal (keep its edit, change one other module, else two), else a random unevaluated
         neighbor of the leader, else a random valid architecture."""
-        fixes = [a for m in MODULES if not (rejected.edit and m == rejected.edit[0])
-                 for a in neighbors(rejected.arch, m) if valid(a) and a.key not in ctx.evaluated]
+        others = [m for m in MODULES if not (rejected.edit and m == rejected.edit[0])]
+        fixes = [a for m in others for a in neighbors(rejected.arch, m) if valid(a) and a.key not in ctx.evaluated]
+        if not fixes and rejected.edit:  # coupled choices: a graph store left needs both graph retrieval and
+            #                              graph_consolidate changed; one change cannot keep the edit (session 43)
+            fixes = [b for i, m1 in enumerate(others) for m2 in others[i + 1:] for a in neighbors(rejected.arch, m1)
+                     for b in neighbors(a, m2) if valid(b) and b.key not in ctx.evaluated]
         if fixes:
             return Proposal(rng.choice(fixes), "resample", rejected.parent, rejected.edit, rejected.entry_id)
         if ctx.leader is not None:
