@@ -17,7 +17,8 @@ from routers.automem.guards import sought_items, taken, unsought  # noqa: E402
 from routers.memagent.protocol import Task, Trajectory, TrajectoryStep  # noqa: E402
 
 GOAL = "In Maple Cottage, find the {} and put it on the table in the kitchen."
-BASKET = "-= Office =- You are in an office. You can see a basket. The basket contains {}. There is an exit to the south."
+BASKET = ("-= Office =- You are in an office. You can see a basket. The basket contains {}. There is an exit to the "
+          "south.")
 ARCH = Arch(("trajectory",), "hybrid", "hybrid", "lightweight")
 
 
@@ -45,7 +46,8 @@ def test_sought_items_read_goals_with_and_without_a_place():
     assert taken(["green wrench"], GOAL.format("white chisel")) == [] and taken(None, GOAL.format("x")) == []
     assert unsought("The basket contains a white chisel.", GOAL.format("green wrench"), {})
     assert not unsought("The basket contains a green wrench.", GOAL.format("green wrench"), {})
-    assert not unsought("take red cup from oak chest", "find the brass key in the oak chest", {"brass key": "oak chest"})
+    chest = {"brass key": "oak chest"}
+    assert not unsought("take red cup from oak chest", "find the brass key in the oak chest", chest)
     assert not unsought("anything", "Put the cup on the table.", {})   # a goal seeking nothing: no guard
 
 

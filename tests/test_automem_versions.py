@@ -188,8 +188,8 @@ def test_a_tight_injection_limit_still_hands_the_agent_the_way_back():
             "up, you notice a shelf. The shelf appears to be empty. There is an exit to the north and one to the west.")
     acts = ["go north", "go east", "go east", "go north", "take green wrench from basket", "go south", "go west",
             "go west", "go south", "put green wrench on table"]
-    traj = Trajectory(Task("t-wrench", "In Maple Cottage, find the green wrench and put it on the table in the kitchen."),
-                      [TrajectoryStep(i, room, a) for i, a in enumerate(acts)], success=True)
+    goal = "In Maple Cottage, find the green wrench and put it on the table in the kitchen."
+    traj = Trajectory(Task("t-wrench", goal), [TrajectoryStep(i, room, a) for i, a in enumerate(acts)], success=True)
     for facts in (False, True):
         mem = MemorySystem(Arch(("trajectory",), "hybrid", "hybrid", "lightweight"), encoder=HashEncoder(), k=1,
                            max_words=60, trajectory_facts=facts)

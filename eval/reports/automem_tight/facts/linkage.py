@@ -29,6 +29,18 @@ def expert(env, task):
     return Trajectory(task, steps, bool(obs.won))
 
 
+def expert_pool(cfg):
+    """The recipe's environment, its training tasks (annotated with their evidence) in play order, and its encoder."""
+    from routers.automem.evidence import annotate_world_tasks
+    from routers.memagent.providers.encoder import as_encoder
+    from routers.memagent.rollout import build_env, env_tasks
+
+    env = build_env(cfg)
+    pool = env_tasks(env, cfg.search_split)
+    annotate_world_tasks(env, pool)
+    return env, pool, as_encoder(cfg.encoder)
+
+
 def linkage(env, pool, arch, encoder, facts: bool, cfg) -> dict:
     from routers.automem import Arch, MemorySystem
     from routers.automem.evaluate import _has
@@ -53,13 +65,10 @@ def linkage(env, pool, arch, encoder, facts: bool, cfg) -> dict:
 
 
 def main(argv=None) -> None:
-    from routers.automem.evidence import annotate_world_tasks
     from routers.base import git_revision, library_versions
     from routers.config import parse_config
     from routers.io import atomic_write_json
     from routers.machine import machine_info
-    from routers.memagent.providers.encoder import as_encoder
-    from routers.memagent.rollout import build_env, env_tasks
     from train.automem import AutomemTrainConfig, make_parser
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -70,10 +79,7 @@ def main(argv=None) -> None:
         del argv[j:j + 2]
     recipe, archs = argv[0], argv[1:] or ARCHS
     (cfg,) = parse_config(make_parser(), [AutomemTrainConfig], [recipe])
-    env = build_env(cfg)
-    pool = env_tasks(env, cfg.search_split)
-    annotate_world_tasks(env, pool)
-    encoder = as_encoder(cfg.encoder)
+    env, pool, encoder = expert_pool(cfg)
     rows = []
     for arch in archs:
         for facts in (False, True):

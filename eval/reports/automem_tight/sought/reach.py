@@ -51,14 +51,12 @@ def reach(env, pool, arch, encoder, cfg) -> dict:
 
 def main(argv=None) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "facts"))
-    from routers.automem.evidence import annotate_world_tasks
+    from linkage import expert_pool  # noqa: E402  (the sibling report's expert play)
     from routers.automem.space import sample_arch
     from routers.base import git_revision, library_versions
     from routers.config import parse_config
     from routers.io import atomic_write_json
     from routers.machine import machine_info
-    from routers.memagent.providers.encoder import as_encoder
-    from routers.memagent.rollout import build_env, env_tasks
     from train.automem import AutomemTrainConfig, make_parser
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -68,14 +66,12 @@ def main(argv=None) -> None:
     (cfg,) = parse_config(make_parser(), [AutomemTrainConfig], argv[:cut])
     rng = random.Random(seed)
     archs = argv[cut:] + [sample_arch(rng).key for _ in range(sample)]
-    env = build_env(cfg)
-    pool = env_tasks(env, cfg.search_split)
-    annotate_world_tasks(env, pool)
-    encoder = as_encoder(cfg.encoder)
+    env, pool, encoder = expert_pool(cfg)
     rows = []
     for arch in archs:
         t = time.perf_counter()
-        rows.append({"arch": arch, **reach(env, pool, arch, encoder, cfg), "seconds": round(time.perf_counter() - t, 1)})
+        row = reach(env, pool, arch, encoder, cfg)
+        rows.append({"arch": arch, **row, "seconds": round(time.perf_counter() - t, 1)})
         print(json.dumps(rows[-1]), flush=True)
     atomic_write_json(out, {"argv": argv, "sample": sample, "seed": seed, "machine": machine_info(),
                             "versions": library_versions(), "git_revision": git_revision(), "encoder": cfg.encoder,
