@@ -25,12 +25,21 @@ def _pop(argv: list, flag: str, default):
     return default
 
 
-def reach(env, pool, arch, encoder, cfg) -> dict:
+def _linkage():
+    """The sibling report ``facts/linkage.py`` (its expert play), loaded from its path: report scripts are no package."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "facts" / "linkage.py"
+    spec = importlib.util.spec_from_file_location("automem_tight_linkage", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def reach(env, pool, arch, encoder, cfg, expert) -> dict:
     from routers.automem import Arch, MemorySystem
     from routers.automem.evaluate import _has
     from train.automem import system_guards
-
-    from linkage import expert  # noqa: E402  (the sibling report's expert play)
 
     mem = MemorySystem(Arch.parse(arch), encoder=encoder, k=cfg.memory_k, max_words=cfg.memory_words,
                        **system_guards(cfg))
@@ -50,8 +59,6 @@ def reach(env, pool, arch, encoder, cfg) -> dict:
 
 
 def main(argv=None) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "facts"))
-    from linkage import expert_pool  # noqa: E402  (the sibling report's expert play)
     from routers.automem.space import sample_arch
     from routers.base import git_revision, library_versions
     from routers.config import parse_config
@@ -66,11 +73,12 @@ def main(argv=None) -> None:
     (cfg,) = parse_config(make_parser(), [AutomemTrainConfig], argv[:cut])
     rng = random.Random(seed)
     archs = argv[cut:] + [sample_arch(rng).key for _ in range(sample)]
-    env, pool, encoder = expert_pool(cfg)
+    linkage = _linkage()
+    env, pool, encoder = linkage.expert_pool(cfg)
     rows = []
     for arch in archs:
         t = time.perf_counter()
-        row = reach(env, pool, arch, encoder, cfg)
+        row = reach(env, pool, arch, encoder, cfg, linkage.expert)
         rows.append({"arch": arch, **row, "seconds": round(time.perf_counter() - t, 1)})
         print(json.dumps(rows[-1]), flush=True)
     atomic_write_json(out, {"argv": argv, "sample": sample, "seed": seed, "machine": machine_info(),
