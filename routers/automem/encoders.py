@@ -192,8 +192,8 @@ class Encoder:
         pattern = task_pattern(traj.task)
         actions = [s.action for s in traj.steps] if traj.success else []  # a failed take is no fact
         avoid_when = [[item, where] for item, where in location_facts(traj.task.goal, *actions).items()]
-        route_to = sorted(set(location_facts(*actions).values()))
-        took = sorted(location_facts(*actions))  # what a successful episode moved from where it was
+        moved = location_facts(*actions)  # what a successful episode took, and from where
+        route_to, took = sorted(set(moved.values())), sorted(moved)
         world = goal_world(traj.task.goal)
         out = []
         for kind in self.kinds:
