@@ -10,8 +10,8 @@ all seeds and over each batch, and a paired plot.
     python eval/reports/automem_tight/sought/seeds.py [--out F.json] BATCH_DIR ...
 """
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 METHODS = ("automem", "random")
@@ -103,16 +103,13 @@ def main(argv=None) -> None:
     from routers.io import atomic_write_json
     from routers.machine import machine_info
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    out = Path(__file__).with_name("seeds.json")
-    if "--out" in argv:
-        j = argv.index("--out")
-        out = Path(argv[j + 1])
-        del argv[j:j + 2]
-    if not argv:
-        raise SystemExit(__doc__)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("batches", nargs="+", type=Path, help="batch folders, later ones override a seed")
+    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("seeds.json"))
+    args = parser.parse_args(argv)
+    out = args.out
     rows, batches = {}, {}
-    for batch in map(Path, argv):
+    for batch in args.batches:
         found = seed_rows(batch, rows)
         rows.update(found)
         batches[str(batch)] = sorted(found, key=int)
