@@ -120,6 +120,9 @@ def main(argv=None) -> None:
               "by_batch": {b: summarize_rule({s: rows[s] for s in ss if rows[s]["batch"] == b},
                                              sum(none) / len(none)) for b, ss in batches.items()},
               "fewer_evaluations": fewer_evaluations(rows)}
+    counts = [e for e in report["fewer_evaluations"] if e["automem"] is not None and e["random"] is not None]
+    report["evaluations_to_random_best_mean"] = {m: sum(e[m] for e in counts) / len(counts) if counts else None
+                                                 for m in METHODS}
     atomic_write_json(out, report)
     plot(rows, out.with_suffix(".png"))
     print(json.dumps(report["summary"], indent=1))
