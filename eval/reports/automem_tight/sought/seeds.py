@@ -3,8 +3,8 @@
 Each batch directory holds the search's ``summary.json`` and the held-out ``heldout_results.json`` (as the report
 folders here keep them). A seed found in several batches is taken from the last one named, so a rerun replaces
 its first run. Writes, per seed, both picks with search / validation / held-out accuracy, the evaluations each
-method needed (AutoMem's to reach random search's final best search accuracy vs random's own), tokens and wall
-time, then the comparison of ``eval.automem_picks.summarize_rule`` (means, wins / ties / losses, sign test) over
+method needed (AutoMem's to reach random search's final best search accuracy vs random's own; their means), memory
+words injected, agent steps and wall time, then the comparison of ``eval.automem_picks.summarize_rule`` (means, wins / ties / losses, sign test) over
 all seeds and over each batch, and a paired plot.
 
     python eval/reports/automem_tight/sought/seeds.py [--out F.json] BATCH_DIR ...
@@ -41,10 +41,10 @@ def seed_rows(batch: Path, earlier: dict) -> dict:
     """``{seed: row}`` of one batch directory. A method whose trace this batch lacks (a rerun of one method only)
     keeps its steps from the ``earlier`` row of that seed."""
     summary, heldout = _load(batch / "summary.json"), _load(batch / "heldout_results.json")
+    shared = summary["config"]["k"] if summary["config"].get("init", "random") == "random" else 0  # round 1's draws
     rows = {}
     for seed, played in heldout["seeds"].items():
         searched = summary["seeds"].get(seed, {})
-        shared = summary["config"]["k"] if summary["config"].get("init", "random") == "random" else 0
         row = {"batch": str(batch), "no_memory": played["no_memory"]["accuracy"], "shared_draws": shared,
                "evaluations_to_random_best": {"automem": searched.get("automem_reaches_random_best_at"),
                                               "random": searched.get("random_best_at")}}
