@@ -113,12 +113,12 @@ def main(argv=None) -> None:
         found = seed_rows(batch, rows)
         rows.update(found)
         batches[str(batch)] = sorted(found, key=int)
-    none = [row["no_memory"] for row in rows.values()]
+    none = sum(row["no_memory"] for row in rows.values()) / len(rows)
     report = {"machine": machine_info(), "versions": library_versions(), "git_revision": git_revision(),
               "batches": batches, "seeds": dict(sorted(rows.items(), key=lambda kv: int(kv[0]))),
-              "summary": summarize_rule(rows, sum(none) / len(none)),
-              "by_batch": {b: summarize_rule({s: rows[s] for s in ss if rows[s]["batch"] == b},
-                                             sum(none) / len(none)) for b, ss in batches.items()},
+              "summary": summarize_rule(rows, none),
+              "by_batch": {b: summarize_rule({s: rows[s] for s in ss if rows[s]["batch"] == b}, none)
+                           for b, ss in batches.items()},
               "fewer_evaluations": fewer_evaluations(rows)}
     counts = [e for e in report["fewer_evaluations"] if e["automem"] is not None and e["random"] is not None]
     report["evaluations_to_random_best_mean"] = {m: sum(e[m] for e in counts) / len(counts) if counts else None
